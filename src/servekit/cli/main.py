@@ -1,0 +1,26 @@
+"""The `servekit` command group (shell): registers one thin module per command."""
+
+from __future__ import annotations
+
+import click
+
+from servekit import __version__
+from servekit.cli.plan import plan_command
+from servekit.cli.profiles import profiles_group
+from servekit.cli.render import render_command
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="servekit")
+def cli() -> None:
+    """Plan, launch, validate and load-test LLMs served by vLLM."""
+
+
+cli.add_command(profiles_group)
+cli.add_command(plan_command)
+cli.add_command(render_command)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli(prog_name="servekit")

@@ -1,0 +1,88 @@
+"""Peak activation memory of vLLM's profiling run, per GPU (core).
+
+vLLM measures the torch allocator's peak while it runs, in order: the multimodal
+encoder on its largest dummy input (multimodal models, unless skipped), one forward
+pass over max_num_batched_tokens tokens, and the sampler on its largest batch of logits.
+These run one after another, so the peak is the largest of the three live sets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from servekit.plan.inputs import PlanInputs
+from servekit.plan.weights import kv_heads_per_rank
+from servekit.units import dtype_bytes
+
+# Bytes live per logit while sampling with top-k/top-p: float32 logits (4), sorted
+# values (4), int64 sort indices (8) and float32 probabilities (4).
+SAMPLER_BYTES_PER_LOGIT = 20
+# Bytes per float32 router logit.
+ROUTER_LOGIT_BYTES = 4
+
+
+@dataclass(frozen=True, slots=True)
+class ActivationPeak:
+    """The three profiled live sets and their maximum, in bytes per GPU."""
+
+    forward_bytes: float
+    sampler_bytes: float
+    mm_encoder_bytes: float
+
+    @property
+    def peak_bytes(self) -> float:
+        """The profiled peak: the largest live set."""
+        return max(self.forward_bytes, self.sampler_bytes, self.mm_encoder_bytes)
+
+
+def forward_live_bytes(inputs: PlanInputs, num_tokens: int) -> float:
+    """Largest live set of one transformer layer's forward pass over num_tokens tokens.
+
+    Two hidden-size buffers (residual and normed input) stay live; on top of them the
+    larger of the attention projections and the MLP (dense or fused-MoE) intermediates.
+    """
+    m = inputs.model
+    tp = inputs.tensor_parallel_size
+    a = dtype_bytes(m.dtype)
+    t = num_tokens
+    h = m.hidden_size
+    heads = m.num_attention_heads / tp
+    if m.mla is not None:
+        qk = m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim
+        attention = t * (heads * qk + m.mla.kv_lora_rank + m.mla.qk_rope_head_dim) * a
+        attention += t * heads * (m.mla.qk_nope_head_dim + m.mla.v_head_dim) * a
+        attention += t * heads * m.mla.v_head_dim * a
+    else:
+        kv = kv_heads_per_rank(m.num_kv_heads, tp)
+        attention = t * (heads + 2 * kv) * m.head_dim * a + t * heads * m.head_dim * a
+    dense = t * 3 * m.intermediate_size / tp * a  # gate+up output and activation output
+    mlp = dense
+    if m.moe is not None:
+        moe = m.moe
+        inter = moe.expert_intermediate_size / tp
+        routed = t * moe.top_k * (3 * inter + h) * a  # w13 out, activation, w2 out per expert
+        mlp = max(dense, routed + t * moe.num_experts * ROUTER_LOGIT_BYTES)
+    return 2 * t * h * a + max(attention, mlp)
+
+
+def activation_peak(inputs: PlanInputs) -> ActivationPeak:
+    """Return the live sets vLLM's profiling run measures, per GPU."""
+    m = inputs.model
+    a = dtype_bytes(m.dtype)
+    forward = forward_live_bytes(inputs, inputs.max_num_batched_tokens)
+
+    rows = min(inputs.max_num_batched_tokens, inputs.max_num_seqs)
+    if inputs.draft is not None:
+        rows *= 2  # the rejection sampler's dummy run: one draft token per request
+    sampler = rows * m.vocab_size * SAMPLER_BYTES_PER_LOGIT
+    sampler += inputs.max_num_batched_tokens * m.hidden_size * a  # hidden states still live
+
+    encoder = 0.0
+    if inputs.mm_profiling and m.vision is not None:
+        v = m.vision
+        patches = inputs.max_model_len * v.patches_per_token
+        share = inputs.tensor_parallel_size if inputs.mm_encoder_tp else 1
+        # residual, normed input and MLP-down output at full width; MLP-up and
+        # activation outputs split by the encoder's tensor parallelism.
+        encoder = patches * (3 * v.hidden_size + 2 * v.intermediate_size / share) * a
+    return ActivationPeak(forward_bytes=forward, sampler_bytes=sampler, mm_encoder_bytes=encoder)

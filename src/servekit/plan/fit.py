@@ -1,0 +1,270 @@
+"""The per-GPU memory plan (core): vLLM's KV budget, capacity, fit and warnings.
+
+requested = capacity x gpu_memory_utilization, where capacity is the total the CUDA
+driver reports. KV cache = requested - weights - activation peak - non-torch memory,
+minus the CUDA-graph estimate when VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS is on.
+With the estimate off, graphs are captured outside that budget and must fit in what
+the budget leaves free plus the activation headroom released after profiling.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+from servekit.plan.activations import ActivationPeak, activation_peak
+from servekit.plan.cuda_graphs import GraphPlan, graph_plan
+from servekit.plan.inputs import PlanInputs
+from servekit.plan.kv_cache import (
+    KvTerm,
+    kv_bytes_per_token,
+    kv_capacity_tokens,
+    kv_terms,
+    max_concurrency,
+)
+from servekit.plan.quantization import lookup_scheme
+from servekit.plan.weights import WeightBreakdown, weights_per_gpu
+from servekit.units import GIB, MIB, to_gib
+
+# Growth of non-torch device memory during vLLM's profiling run (cuBLAS/Triton
+# workspaces, lazily created communicator buffers): vLLM's own profiling report
+# example shows "non-torch forward increase memory: 0.25GiB".
+NON_TORCH_INCREASE_BYTES = 0.25 * GIB
+# A request context length typical of chat and agent traffic, used to judge max_num_seqs.
+TYPICAL_CONTEXT_TOKENS = 8192
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryPlan:
+    """A per-GPU memory plan; figures in bytes, GiB only at the edges."""
+
+    inputs: PlanInputs
+    capacity_bytes: float
+    requested_bytes: float
+    weights: WeightBreakdown
+    activations: ActivationPeak
+    non_torch_bytes: float
+    graphs: GraphPlan
+    kv_terms: tuple[KvTerm, ...]
+    kv_cache_bytes: float
+    kv_cache_bytes_estimate_on: float
+    kv_cache_bytes_estimate_off: float
+    kv_cache_tokens: int
+    max_concurrency: float
+    fits: bool
+    largest_fitting_max_model_len: int | None
+    warnings: tuple[str, ...]
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """KV bytes one token takes on one GPU."""
+        return sum(t.bytes_per_token for t in self.kv_terms)
+
+
+def make_plan(inputs: PlanInputs, *, non_torch_bytes: float = NON_TORCH_INCREASE_BYTES) -> MemoryPlan:
+    """Return the memory plan for one configuration, never raising on a misfit.
+
+    A plan that does not fit has fits=False and, when some shorter context fits,
+    largest_fitting_max_model_len set.
+    """
+    capacity = inputs.gpu.cuda_visible_mib * MIB
+    requested = math.ceil(capacity * inputs.gpu_memory_utilization)
+    weights = weights_per_gpu(inputs)
+    acts = activation_peak(inputs)
+    graphs = graph_plan(inputs)
+    kv_on, kv_off = _kv_budget(inputs, non_torch_bytes)
+    kv = kv_on if inputs.estimate_cudagraphs else kv_off
+    tokens = kv_capacity_tokens(kv, inputs)
+    fits = tokens >= inputs.max_model_len
+    largest = None if fits else _largest_fitting_len(inputs, non_torch_bytes)
+    plan = MemoryPlan(
+        inputs=inputs,
+        capacity_bytes=capacity,
+        requested_bytes=requested,
+        weights=weights,
+        activations=acts,
+        non_torch_bytes=non_torch_bytes,
+        graphs=graphs,
+        kv_terms=tuple(kv_terms(inputs)),
+        kv_cache_bytes=kv,
+        kv_cache_bytes_estimate_on=kv_on,
+        kv_cache_bytes_estimate_off=kv_off,
+        kv_cache_tokens=tokens,
+        max_concurrency=max_concurrency(tokens, inputs),
+        fits=fits,
+        largest_fitting_max_model_len=largest,
+        warnings=(),
+    )
+    return dataclasses.replace(plan, warnings=tuple(plan_warnings(plan)))
+
+
+def _kv_budget(inputs: PlanInputs, non_torch_bytes: float) -> tuple[float, float]:
+    """KV bytes with the graph estimate (on, off) for the inputs."""
+    capacity = inputs.gpu.cuda_visible_mib * MIB
+    requested = math.ceil(capacity * inputs.gpu_memory_utilization)
+    if inputs.kv_cache_memory_bytes is not None:
+        return float(inputs.kv_cache_memory_bytes), float(inputs.kv_cache_memory_bytes)
+    base = (
+        requested
+        - weights_per_gpu(inputs).total_bytes
+        - activation_peak(inputs).peak_bytes
+        - non_torch_bytes
+    )
+    return base - graph_plan(inputs).total_bytes, base
+
+
+def _kv_tokens(inputs: PlanInputs, non_torch_bytes: float) -> int:
+    on, off = _kv_budget(inputs, non_torch_bytes)
+    return kv_capacity_tokens(on if inputs.estimate_cudagraphs else off, inputs)
+
+
+def _largest_fitting_len(inputs: PlanInputs, non_torch_bytes: float) -> int | None:
+    """Largest max_model_len (a multiple of the block size) whose plan fits, by bisection.
+
+    The search re-plans each candidate because a shorter context also shrinks the
+    multimodal profiling input.
+    """
+
+    def fits(length: int) -> bool:
+        trial = dataclasses.replace(inputs, max_model_len=length)
+        return _kv_tokens(trial, non_torch_bytes) >= length
+
+    step = inputs.block_size
+    lo, hi = 0, inputs.max_model_len // step
+    if not fits(step):
+        return None
+    lo = 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(mid * step):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo * step
+
+
+def plan_warnings(plan: MemoryPlan) -> list[str]:
+    """Return the risks a user needs to see for this plan."""
+    i = plan.inputs
+    out: list[str] = []
+    headroom = plan.capacity_bytes - plan.requested_bytes
+    graphs = plan.graphs.total_bytes
+    if not i.estimate_cudagraphs and graphs > headroom:
+        out.append(
+            f"CUDA graphs (~{to_gib(graphs):.1f} GiB) are outside the KV budget: "
+            f"gpu_memory_utilization {i.gpu_memory_utilization} leaves {to_gib(headroom):.2f} GiB "
+            f"free, so capture relies on the {to_gib(plan.activations.peak_bytes):.1f} GiB of "
+            "activation memory released after profiling; OOM risk during graph capture. "
+            "Lower --gpu-memory-utilization or set VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1"
+        )
+    if not i.estimate_cudagraphs and graphs > headroom + plan.activations.peak_bytes:
+        out.append(
+            f"CUDA graphs (~{to_gib(graphs):.1f} GiB) exceed the free memory plus activation "
+            "headroom; graph capture will run out of memory"
+        )
+    typical = min(i.max_model_len, TYPICAL_CONTEXT_TOKENS)
+    held = plan.kv_cache_tokens // typical if typical else 0
+    if plan.fits and held < i.max_num_seqs / 2:
+        out.append(
+            f"max_num_seqs {i.max_num_seqs} is far above what the KV cache holds at a "
+            f"{typical}-token context ({held} requests); the rest wait or are preempted"
+        )
+    scheme = lookup_scheme(i.model.quantization)
+    if scheme.runs_weight_only(gpu_has_fp8=i.gpu.fp8):
+        out.append(
+            f"{i.gpu.name} (sm{i.gpu.sm}) has no FP8 compute: {scheme.name} weights run "
+            "weight-only through Marlin kernels (dequantized to 16-bit in the GEMM)"
+        )
+    if plan.activations.mm_encoder_bytes > max(
+        plan.activations.forward_bytes, plan.activations.sampler_bytes
+    ):
+        freed = plan.activations.mm_encoder_bytes - max(
+            plan.activations.forward_bytes, plan.activations.sampler_bytes
+        )
+        out.append(
+            f"multimodal profiling with a {i.max_model_len}-token dummy input reserves "
+            f"{to_gib(plan.activations.mm_encoder_bytes):.1f} GiB of activations; for text-only "
+            f"serving --language-model-only (or --skip-mm-profiling) frees ~{to_gib(freed):.1f} GiB "
+            "for KV cache"
+        )
+    if not plan.fits:
+        out.append(_misfit_message(plan))
+    return out
+
+
+def _misfit_message(plan: MemoryPlan) -> str:
+    i = plan.inputs
+    need = i.max_model_len * plan.kv_bytes_per_token
+    have = max(plan.kv_cache_bytes, 0.0)
+    fix = (
+        f"lower --max-model-len to {plan.largest_fitting_max_model_len}"
+        if plan.largest_fitting_max_model_len
+        else "use more GPUs or a smaller model"
+    )
+    return (
+        f"max_model_len {i.max_model_len} needs {to_gib(need):.1f} GiB of KV cache per GPU but "
+        f"{to_gib(have):.1f} GiB is available; {fix} or raise --gpu-memory-utilization"
+    )
+
+
+def misfit_message(plan: MemoryPlan) -> str:
+    """The one-line error for a plan that does not fit, naming the largest context that does."""
+    return _misfit_message(plan)
+
+
+def plan_to_json(plan: MemoryPlan) -> dict[str, object]:
+    """Return the stable `plan --json` document (DESIGN.md section 4), figures per GPU in GiB."""
+    w = plan.weights
+    a = plan.activations
+    g = plan.graphs
+    i = plan.inputs
+
+    def gib(value: float) -> float:
+        return round(to_gib(value), 3)
+
+    return {
+        "profile": i.model.name,
+        "gpu": i.gpu.name,
+        "per_gpu": {
+            "capacity_gib": gib(plan.capacity_bytes),
+            "requested_gib": gib(plan.requested_bytes),
+            "weights_gib": gib(w.total_bytes),
+            "activation_peak_gib": gib(a.peak_bytes),
+            "non_torch_gib": gib(plan.non_torch_bytes),
+            "cuda_graphs_gib": gib(g.total_bytes),
+            "kv_cache_gib": gib(plan.kv_cache_bytes),
+        },
+        "weights_breakdown_gib": {
+            "embeddings": gib(w.embeddings_bytes),
+            "attention": gib(w.attention_bytes),
+            "dense_mlp": gib(w.dense_mlp_bytes),
+            "experts": gib(w.experts_bytes),
+            "other": gib(w.other_bytes),
+            "draft": gib(w.draft_bytes),
+        },
+        "activation_breakdown_gib": {
+            "forward": gib(a.forward_bytes),
+            "sampler": gib(a.sampler_bytes),
+            "multimodal_encoder": gib(a.mm_encoder_bytes),
+        },
+        "cuda_graphs": {
+            "piecewise": len(g.piecewise_sizes),
+            "full": len(g.full_sizes),
+            "largest_size": max(g.piecewise_sizes, default=0),
+            "estimate_in_budget": i.estimate_cudagraphs,
+        },
+        "kv_bytes_per_token": plan.kv_bytes_per_token,
+        "kv_terms": [
+            {"label": t.label, "formula": t.formula, "bytes_per_token": t.bytes_per_token}
+            for t in plan.kv_terms
+        ],
+        "kv_cache_tokens": plan.kv_cache_tokens,
+        "max_model_len": i.max_model_len,
+        "max_concurrency_at_max_model_len": round(plan.max_concurrency, 2),
+        "kv_cache_gib_estimate_on": gib(plan.kv_cache_bytes_estimate_on),
+        "kv_cache_gib_estimate_off": gib(plan.kv_cache_bytes_estimate_off),
+        "fits": plan.fits,
+        "largest_fitting_max_model_len": plan.largest_fitting_max_model_len,
+        "warnings": list(plan.warnings),
+    }

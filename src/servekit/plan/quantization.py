@@ -1,0 +1,84 @@
+"""Weight quantization schemes (core): bytes per stored parameter, by GPU capability.
+
+A quantized linear layer stores `weight_bits` per value plus one scale of `scale_bytes`
+per `group_size` values. GPUs without FP8 tensor cores (sm80/sm86) run FP8-family
+checkpoints weight-only through Marlin kernels, which keep the 8-bit weights but hold
+the scales as 16-bit values; `marlin_scale_bytes` records that.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from servekit.errors import ConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class QuantScheme:
+    """Storage layout of one quantization scheme's linear-layer weights."""
+
+    name: str
+    weight_bits: int
+    scale_bytes: float = 0.0
+    group_size: int = 1
+    needs_fp8_compute: bool = False
+    marlin_scale_bytes: float | None = None
+
+    def bytes_per_param(self, *, gpu_has_fp8: bool) -> float:
+        """Return stored bytes per parameter of a quantized linear layer on this GPU."""
+        scale = self.scale_bytes
+        if self.needs_fp8_compute and not gpu_has_fp8 and self.marlin_scale_bytes is not None:
+            scale = self.marlin_scale_bytes
+        return self.weight_bits / 8 + scale / self.group_size
+
+    def runs_weight_only(self, *, gpu_has_fp8: bool) -> bool:
+        """True when this GPU cannot compute in the scheme's format (Marlin weight-only)."""
+        return self.needs_fp8_compute and not gpu_has_fp8
+
+
+SCHEMES: dict[str, QuantScheme] = {
+    s.name: s
+    for s in (
+        QuantScheme("bf16", 16),
+        QuantScheme("fp16", 16),
+        # Per-tensor or per-channel FP8: scales are one value per tensor or row, negligible.
+        QuantScheme("fp8", 8, needs_fp8_compute=True, marlin_scale_bytes=0.0),
+        # DeepSeek-style FP8 with one float32 scale per 128x128 block.
+        QuantScheme(
+            "fp8_block",
+            8,
+            scale_bytes=4,
+            group_size=128 * 128,
+            needs_fp8_compute=True,
+            marlin_scale_bytes=4,
+        ),
+        # OCP microscaling FP8: one E8M0 (1-byte) scale per 32 values.
+        QuantScheme(
+            "mxfp8", 8, scale_bytes=1, group_size=32, needs_fp8_compute=True, marlin_scale_bytes=2
+        ),
+        # OCP microscaling FP4: one E8M0 scale per 32 values.
+        QuantScheme(
+            "mxfp4", 4, scale_bytes=1, group_size=32, needs_fp8_compute=True, marlin_scale_bytes=2
+        ),
+        # NVIDIA FP4: one FP8 scale per 16 values (the per-tensor scale is negligible).
+        QuantScheme("nvfp4", 4, scale_bytes=1, group_size=16, needs_fp8_compute=True),
+        # INT4 weight-only (GPTQ/AWQ) with a 16-bit scale and a packed 4-bit zero per 128 values.
+        QuantScheme("int4_g128", 4, scale_bytes=2.5, group_size=128),
+        # INT8 weights with per-channel scales (W8A8).
+        QuantScheme("int8", 8),
+    )
+}
+
+
+def lookup_scheme(name: str) -> QuantScheme:
+    """Return a quantization scheme by name.
+
+    Raises:
+        ConfigError: unknown scheme; the message lists the known ones.
+    """
+    try:
+        return SCHEMES[name.lower()]
+    except KeyError:
+        raise ConfigError(
+            f"unknown quantization {name!r}", fix=f"use one of: {', '.join(SCHEMES)}"
+        ) from None

@@ -1,0 +1,11 @@
+"""Deployment profiles: built-in YAML data, user profiles, `extends:` merging, validation."""
+
+from servekit.profiles.loader import (
+    ProfileRef,
+    available_profiles,
+    load_profile,
+    search_dirs,
+)
+from servekit.profiles.schema import Profile
+
+__all__ = ["Profile", "ProfileRef", "available_profiles", "load_profile", "search_dirs"]

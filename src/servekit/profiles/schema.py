@@ -1,0 +1,244 @@
+"""Profile file schema (edge validation with pydantic, extra keys forbidden).
+
+A profile is the whole deployment as data: model facts, hardware, engine image,
+vLLM serve arguments in vLLM's spelling, environment, speculative decoding,
+patches, and defaults for validation and load tests.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
+
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class MoeFacts(_Strict):
+    """Mixture-of-experts facts."""
+
+    num_experts: int = Field(gt=0)
+    top_k: int = Field(gt=0)
+    expert_intermediate_size: int = Field(gt=0)
+    num_shared_experts: int = Field(default=0, ge=0)
+    shared_expert_intermediate_size: int | None = Field(default=None, gt=0)
+    first_dense_layers: int = Field(default=0, ge=0)
+
+
+class MlaFacts(_Strict):
+    """Multi-head latent attention facts."""
+
+    kv_lora_rank: int = Field(gt=0)
+    qk_rope_head_dim: int = Field(gt=0)
+    qk_nope_head_dim: int = Field(gt=0)
+    v_head_dim: int = Field(gt=0)
+    q_lora_rank: int | None = Field(default=None, gt=0)
+
+
+class SparseIndexFacts(_Strict):
+    """Indexed sparse attention facts (MiniMax-M3 MSA)."""
+
+    dense_attention_layers: int = Field(ge=0)
+    index_heads: int = Field(gt=0)
+    index_head_dim: int = Field(gt=0)
+    sparse_block_size: int = Field(gt=0)
+    top_k_blocks: int = Field(gt=0)
+    required_block_size: int | None = Field(default=None, gt=0)
+
+
+class VisionFacts(_Strict):
+    """Vision encoder facts of a multimodal model (for weights and profiling memory)."""
+
+    num_layers: int = Field(gt=0)
+    hidden_size: int = Field(gt=0)
+    intermediate_size: int = Field(gt=0)
+    patches_per_token: int = Field(default=4, gt=0)
+
+
+class ArchitectureFacts(_Strict):
+    """Architecture facts of the served language model."""
+
+    attention: Literal["full", "mla", "sparse_indexed"] = "full"
+    num_layers: int = Field(gt=0)
+    hidden_size: int = Field(gt=0)
+    num_attention_heads: int = Field(gt=0)
+    num_kv_heads: int = Field(gt=0)
+    head_dim: int = Field(gt=0)
+    vocab_size: int = Field(gt=0)
+    intermediate_size: int = Field(gt=0)
+    tie_word_embeddings: bool = False
+    dtype: Literal["bfloat16", "float16"] = "bfloat16"
+    moe: MoeFacts | None = None
+    mla: MlaFacts | None = None
+    sparse: SparseIndexFacts | None = None
+    vision: VisionFacts | None = None
+
+
+class ModelSection(_Strict):
+    """Where the checkpoint is and what it is."""
+
+    path: str = Field(min_length=1, description="checkpoint path as the engine sees it")
+    host_path: str | None = Field(default=None, description="checkpoint path on the host")
+    config_json: str | None = Field(default=None, description="a config.json to read facts from")
+    quantization: str = "bf16"
+    architecture: ArchitectureFacts | None = None
+    sources: list[str] = Field(default_factory=list)
+
+
+class HardwareSection(_Strict):
+    """The GPUs the deployment runs on."""
+
+    gpu: str
+    gpus_per_node: int = Field(gt=0)
+    nodes: int = Field(default=1, gt=0)
+
+
+class Patch(_Strict):
+    """A source patch applied to the engine image before use."""
+
+    name: str
+    url: str
+    description: str = ""
+
+
+class EngineSection(_Strict):
+    """The vLLM engine image and version."""
+
+    image: str
+    version: str
+    patched_image_tag: str | None = None
+    patches: list[Patch] = Field(default_factory=list)
+
+
+class ServeArgs(_Strict):
+    """`vllm serve` arguments in vLLM's own spelling; rendered in declaration order."""
+
+    block_size: int | None = Field(default=None, gt=0)
+    max_model_len: int = Field(gt=0)
+    tensor_parallel_size: int = Field(default=1, gt=0)
+    pipeline_parallel_size: int | None = Field(default=None, gt=0)
+    data_parallel_size: int | None = Field(default=None, gt=0)
+    enable_expert_parallel: bool | None = None
+    max_num_seqs: int = Field(default=256, gt=0)
+    max_num_batched_tokens: int = Field(default=8192, gt=0)
+    gpu_memory_utilization: float = 0.9
+    kv_cache_memory_bytes: int | None = Field(default=None, gt=0)
+    served_model_name: str | None = None
+    tool_call_parser: str | None = None
+    enable_auto_tool_choice: bool | None = None
+    reasoning_parser: str | None = None
+    default_chat_template_kwargs: dict[str, JsonValue] | None = None
+    dtype: str | None = None
+    kv_cache_dtype: str | None = None
+    quantization: str | None = None
+    trust_remote_code: bool | None = None
+    enable_prefix_caching: bool | None = None
+    enable_chunked_prefill: bool | None = None
+    enforce_eager: bool | None = None
+    max_cudagraph_capture_size: int | None = Field(default=None, gt=0)
+    language_model_only: bool | None = None
+    skip_mm_profiling: bool | None = None
+    limit_mm_per_prompt: dict[str, JsonValue] | None = None
+    chat_template: str | None = None
+    generation_config: str | None = None
+    compilation_config: dict[str, JsonValue] | None = None
+    mm_encoder_tp_mode: Literal["weights", "data"] | None = None
+    extra_args: dict[str, JsonValue] = Field(
+        default_factory=dict,
+        description="any other vLLM flag, by its vLLM name, rendered verbatim",
+    )
+
+    @field_validator("gpu_memory_utilization")
+    @classmethod
+    def _utilization_in_range(cls, value: float) -> float:
+        if not 0 < value <= 1:
+            raise ValueError(
+                f"gpu_memory_utilization {value} is outside (0, 1]; "
+                "use a fraction of each GPU's total memory such as 0.9"
+            )
+        return value
+
+
+class DraftFacts(_Strict):
+    """Facts of the draft model the planner needs (not rendered)."""
+
+    params: int = Field(ge=0)
+    dtype: Literal["bfloat16", "float16"] = "bfloat16"
+    num_layers: int = Field(default=1, ge=0)
+    num_kv_heads: int = Field(default=0, ge=0)
+    head_dim: int = Field(default=0, ge=0)
+    sources: list[str] = Field(default_factory=list)
+
+
+class SpeculativeConfig(_Strict):
+    """vLLM's --speculative-config, rendered as JSON with these keys."""
+
+    method: Literal["eagle", "eagle3", "draft_model", "mtp", "ngram", "medusa", "suffix"]
+    model: str | None = None
+    num_speculative_tokens: int = Field(gt=0)
+    attention_backend: str | None = None
+    draft_tensor_parallel_size: int | None = Field(default=None, gt=0)
+    disable_by_batch_size: int | None = Field(default=None, gt=0)
+    prompt_lookup_max: int | None = Field(default=None, gt=0)
+    prompt_lookup_min: int | None = Field(default=None, gt=0)
+
+
+class Speculative(_Strict):
+    """Speculative decoding: the vLLM config plus the draft's facts."""
+
+    config: SpeculativeConfig
+    draft: DraftFacts | None = None
+
+
+class DeploySection(_Strict):
+    """How the rendered artifacts expose and mount things."""
+
+    port: int = Field(default=8000, gt=0, lt=65536)
+    bind_host: str = Field(
+        default="127.0.0.1",
+        description="host address the port is published on; 0.0.0.0 exposes it to the network",
+    )
+    host_model_dir: str | None = None
+    container_model_dir: str = "/models"
+    shm_size: str | None = None
+    startup_timeout_s: int = Field(default=1800, gt=0)
+    namespace: str = "default"
+
+
+class ValidateDefaults(_Strict):
+    """Defaults for `servekit validate` against this deployment."""
+
+    ladder: list[int] = Field(default_factory=lambda: [1, 2, 4, 8, 16])
+    long_context_tokens: int | None = Field(default=None, gt=0)
+    thinking_kwargs: dict[str, JsonValue] | None = None
+
+
+class BenchDefaults(_Strict):
+    """Defaults for `servekit bench` against this deployment."""
+
+    concurrency: list[int] = Field(default_factory=lambda: [1, 4, 16, 128])
+    input_len: int = Field(default=1024, gt=0)
+    output_len: int = Field(default=128, gt=0)
+    per_stream_target_tok_s: float | None = Field(default=None, gt=0)
+
+
+class Profile(_Strict):
+    """A whole deployment profile, after `extends:` has been merged."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    description: str = ""
+    model: ModelSection
+    hardware: HardwareSection
+    engine: EngineSection
+    serve_args: ServeArgs
+    env: dict[str, str] = Field(default_factory=dict)
+    speculative: Speculative | None = None
+    deploy: DeploySection = Field(default_factory=DeploySection)
+    validate_defaults: ValidateDefaults = Field(default_factory=ValidateDefaults, alias="validate")
+    bench_defaults: BenchDefaults = Field(default_factory=BenchDefaults, alias="bench")
+    sources: list[str] = Field(default_factory=list)

@@ -1,0 +1,1 @@
+"""Reports: terminal tables now; Markdown, HTML and plots later."""

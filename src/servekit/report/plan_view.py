@@ -1,0 +1,65 @@
+"""Terminal view of a memory plan (core: builds rich renderables, prints nothing)."""
+
+from __future__ import annotations
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from servekit.plan.fit import MemoryPlan
+from servekit.plan.reconcile import ReconcileRow
+from servekit.units import to_gib
+
+
+def plan_view(plan: MemoryPlan, rows: list[ReconcileRow] | None = None) -> RenderableType:
+    """Return the budget table, KV derivation, capacity, warnings and optional log comparison."""
+    i = plan.inputs
+    title = (
+        f"{i.model.name}: {i.tensor_parallel_size * i.pipeline_parallel_size}x {i.gpu.name}, "
+        f"max_model_len {i.max_model_len:,}"
+    )
+    budget = Table("per GPU", "GiB", "why", title=title, title_justify="left")
+    graphs_note = (
+        "inside the budget (estimate on)" if i.estimate_cudagraphs else "outside the budget"
+    )
+    for name, value, why in (
+        ("capacity", plan.capacity_bytes, "total the CUDA driver reports"),
+        ("requested", plan.requested_bytes, f"capacity x {i.gpu_memory_utilization}"),
+        ("weights", plan.weights.total_bytes, "TP-sharded, draft model included"),
+        ("activation peak", plan.activations.peak_bytes, "largest profiled live set"),
+        ("non-torch", plan.non_torch_bytes, "workspaces grown during profiling"),
+        ("CUDA graphs", plan.graphs.total_bytes, f"{plan.graphs.num_graphs} graphs, {graphs_note}"),
+        ("KV cache", plan.kv_cache_bytes, "what remains for the cache"),
+    ):
+        budget.add_row(name, f"{to_gib(value):.2f}", why)
+
+    kv = Table("KV term", "bytes/token", "derivation", title="KV cache per token per GPU",
+               title_justify="left")
+    for term in plan.kv_terms:
+        kv.add_row(term.label, f"{term.bytes_per_token:,}", term.formula)
+    kv.add_row("total", f"{plan.kv_bytes_per_token:,}", "")
+
+    lines = [
+        Text(
+            f"KV cache: {plan.kv_cache_tokens:,} tokens; max concurrency at "
+            f"{i.max_model_len:,} tokens: {plan.max_concurrency:.2f}x; "
+            f"KV with the graph estimate on: {to_gib(plan.kv_cache_bytes_estimate_on):.2f} GiB, "
+            f"off: {to_gib(plan.kv_cache_bytes_estimate_off):.2f} GiB"
+        ),
+        Text("fits" if plan.fits else "DOES NOT FIT", style="green" if plan.fits else "bold red"),
+    ]
+    parts: list[RenderableType] = [budget, kv, *lines]
+    parts += [Text(f"warning: {w}", style="yellow") for w in plan.warnings]
+    if rows is not None:
+        parts.append(_reconcile_table(rows))
+    return Group(*parts)
+
+
+def _reconcile_table(rows: list[ReconcileRow]) -> Table:
+    table = Table("figure", "planned", "logged", "delta", title="planned vs startup log",
+                  title_justify="left")
+    for row in rows:
+        actual = "-" if row.actual is None else f"{row.actual:,.2f}"
+        delta = "-" if row.delta_pct is None else f"{row.delta_pct:+.1f}%"
+        table.add_row(f"{row.name} ({row.unit})", f"{row.planned:,.2f}", actual, delta)
+    return table

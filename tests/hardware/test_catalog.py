@@ -1,0 +1,31 @@
+"""Tests for the GPU catalog."""
+
+from __future__ import annotations
+
+import pytest
+
+from servekit.errors import ConfigError
+from servekit.hardware import gpu_names, lookup_gpu
+
+REQUIRED = ["A800", "A100-40GB", "A100-80GB", "H800", "H100", "H200", "H20", "B200", "L40S"]
+
+
+@pytest.mark.parametrize("name", REQUIRED)
+def test_catalog_has_required_gpus_with_sources(name: str) -> None:
+    """Every GPU the planner promises is in the catalog with a cited source."""
+    gpu = lookup_gpu(name)
+    assert gpu.memory_mib > 0
+    assert gpu.sources
+
+
+def test_a800_facts() -> None:
+    """A800 80GB: 81,920 MiB, sm80, NVLink 400 GB/s, no FP8."""
+    gpu = lookup_gpu("NVIDIA A800-SXM4-80GB")
+    assert (gpu.memory_mib, gpu.sm, gpu.nvlink_gb_s, gpu.fp8) == (81920, 80, 400, False)
+
+
+def test_unknown_gpu_suggests() -> None:
+    """An unknown GPU name fails with close matches and the catalog's names."""
+    with pytest.raises(ConfigError, match="unknown GPU 'H10'.*known GPUs"):
+        lookup_gpu("H10")
+    assert "L40S" in gpu_names()

@@ -1,0 +1,22 @@
+"""Shared planner fixtures."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from servekit.hardware import lookup_gpu
+from servekit.plan import PlanInputs, plan_inputs
+from servekit.profiles import load_profile
+
+
+@pytest.fixture
+def inputs_for() -> Callable[..., PlanInputs]:
+    """Build planner inputs for a built-in profile with optional overrides."""
+
+    def build(name: str, *overrides: str) -> PlanInputs:
+        profile = load_profile(name, overrides=list(overrides))
+        return plan_inputs(profile, lookup_gpu(profile.hardware.gpu))
+
+    return build
