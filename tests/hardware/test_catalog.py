@@ -26,6 +26,6 @@ def test_a800_facts() -> None:
 
 def test_unknown_gpu_suggests() -> None:
     """An unknown GPU name fails with close matches and the catalog's names."""
-    with pytest.raises(ConfigError, match="unknown GPU 'H10'.*known GPUs"):
+    with pytest.raises(ConfigError, match=r"unknown GPU 'H10'.*known GPUs"):
         lookup_gpu("H10")
     assert "L40S" in gpu_names()

@@ -86,7 +86,7 @@ def test_capture_sizes(inputs_for: Build) -> None:
 
 
 def test_m3_warnings(inputs_for: Build) -> None:
-    """The M3 plan warns about graphs outside the budget, Marlin weight-only FP8 and MM profiling."""
+    """M3 warns: graphs outside the budget, Marlin weight-only FP8, multimodal profiling."""
     warnings = " ".join(make_plan(inputs_for("minimax-m3-mxfp8-8xa800")).warnings)
     assert "outside the KV budget" in warnings
     assert "weight-only through Marlin" in warnings

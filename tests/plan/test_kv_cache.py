@@ -20,12 +20,16 @@ def test_llama_70b_tp4_bf16(inputs_for: Build) -> None:
 @pytest.mark.parametrize("tp", [1, 2, 4, 8])
 def test_deepseek_v3_mla_same_at_any_tp(inputs_for: Build, tp: int) -> None:
     """DeepSeek-V3's MLA cache is 70,272 bytes per token per GPU whatever the TP size."""
-    assert kv_bytes_per_token(inputs_for("deepseek-v3-8xh200", f"tensor_parallel_size={tp}")) == 70_272
+    assert (
+        kv_bytes_per_token(inputs_for("deepseek-v3-8xh200", f"tensor_parallel_size={tp}")) == 70_272
+    )
 
 
 def test_kv_heads_replicated_beyond_tp(inputs_for: Build) -> None:
     """Llama-70B's 8 KV heads at TP 16 leave one replicated head per rank (80*2*128*2)."""
-    assert kv_bytes_per_token(inputs_for("llama-3.1-70b-4xh100", "tensor_parallel_size=16")) == 40_960
+    assert (
+        kv_bytes_per_token(inputs_for("llama-3.1-70b-4xh100", "tensor_parallel_size=16")) == 40_960
+    )
 
 
 def test_m3_sparse_attention_derivation(inputs_for: Build) -> None:

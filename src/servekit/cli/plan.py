@@ -29,38 +29,60 @@ from servekit.units import GIB
 @click.command("plan")
 @click.argument("profile")
 @set_option
-@click.option("--from-log", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="A vLLM startup log: show planned versus actual side by side.")
-@click.option("--model-dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
-              help="A local checkpoint: read config.json and safetensors headers for the facts.")
-@click.option("--non-torch-gib", type=click.FloatRange(min=0), default=NON_TORCH_INCREASE_BYTES / GIB,
-              show_default=True, help="Non-torch memory vLLM's profiling adds per GPU.")
+@click.option(
+    "--from-log",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A vLLM startup log: show planned versus actual side by side.",
+)
+@click.option(
+    "--model-dir",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="A local checkpoint: read config.json and safetensors headers for the facts.",
+)
+@click.option(
+    "--non-torch-gib",
+    type=click.FloatRange(min=0),
+    default=NON_TORCH_INCREASE_BYTES / GIB,
+    show_default=True,
+    help="Non-torch memory vLLM's profiling adds per GPU.",
+)
 @profiles_dir_option
 @json_option
 @handles_errors
-def plan_command(profile: str, overrides: tuple[str, ...], from_log: Path | None,
-                 model_dir: Path | None, non_torch_gib: float, profiles_dirs: tuple[str, ...],
-                 as_json: bool) -> None:
+def plan_command(
+    profile: str,
+    overrides: tuple[str, ...],
+    from_log: Path | None,
+    model_dir: Path | None,
+    non_torch_gib: float,
+    profiles_dirs: tuple[str, ...],
+    as_json: bool,
+) -> None:
     """Plan per-GPU memory: weights, activations, CUDA graphs, KV cache and capacity."""
     prof = load_profile(profile, extra_dirs=profiles_dirs, overrides=overrides)
     checkpoint = read_checkpoint(model_dir) if model_dir else None
     arch = architecture_from_config(checkpoint.config) if checkpoint else None
-    plan = make_plan(plan_inputs(prof, lookup_gpu(prof.hardware.gpu), arch),
-                     non_torch_bytes=non_torch_gib * GIB)
+    plan = make_plan(
+        plan_inputs(prof, lookup_gpu(prof.hardware.gpu), arch), non_torch_bytes=non_torch_gib * GIB
+    )
     rows = None
     if from_log is not None:
         figures = parse_startup_log(from_log.read_text(encoding="utf-8", errors="replace"))
         if not figures.found_any:
-            raise StartupLogError(f"{from_log} holds no vLLM startup figures",
-                                  fix="pass the engine's full startup log")
+            raise StartupLogError(
+                f"{from_log} holds no vLLM startup figures",
+                fix="pass the engine's full startup log",
+            )
         rows = reconcile(plan, figures)
     if as_json:
         document = plan_to_json(plan)
         if rows is not None:
             document["from_log"] = reconcile_to_json(rows)
         if checkpoint is not None:
-            document["checkpoint"] = {"total_bytes": checkpoint.total_bytes,
-                                      "group_bytes": checkpoint.group_bytes}
+            document["checkpoint"] = {
+                "total_bytes": checkpoint.total_bytes,
+                "group_bytes": checkpoint.group_bytes,
+            }
         emit_json(document)
     else:
         stdout_console().print(plan_view(plan, rows))

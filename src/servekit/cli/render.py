@@ -6,23 +6,44 @@ from pathlib import Path
 
 import click
 
-from servekit.cli._output import emit_json, handles_errors, json_option, profiles_dir_option, set_option
+from servekit.cli._output import (
+    emit_json,
+    handles_errors,
+    json_option,
+    profiles_dir_option,
+    set_option,
+)
 from servekit.deploy import TARGETS, render, vllm_serve_command
 from servekit.profiles import load_profile
 
 
 @click.command("render")
 @click.argument("profile")
-@click.option("--target", type=click.Choice(TARGETS), default="vllm", show_default=True,
-              help="Artifact to render.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
-              help="Write to this file instead of stdout.")
+@click.option(
+    "--target",
+    type=click.Choice(TARGETS),
+    default="vllm",
+    show_default=True,
+    help="Artifact to render.",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write to this file instead of stdout.",
+)
 @set_option
 @profiles_dir_option
 @json_option
 @handles_errors
-def render_command(profile: str, target: str, output: Path | None, overrides: tuple[str, ...],
-                   profiles_dirs: tuple[str, ...], as_json: bool) -> None:
+def render_command(
+    profile: str,
+    target: str,
+    output: Path | None,
+    overrides: tuple[str, ...],
+    profiles_dirs: tuple[str, ...],
+    as_json: bool,
+) -> None:
     """Render exact launch artifacts: vllm serve args, docker run, compose, k8s or a script."""
     prof = load_profile(profile, extra_dirs=profiles_dirs, overrides=overrides)
     text = render(prof, target)
@@ -31,9 +52,16 @@ def render_command(profile: str, target: str, output: Path | None, overrides: tu
         if target == "script":
             output.chmod(0o755)
     if as_json:
-        emit_json({"profile": prof.name, "target": target, "content": text,
-                   "argv": vllm_serve_command(prof), "env": dict(prof.env),
-                   "output": str(output) if output else None})
+        emit_json(
+            {
+                "profile": prof.name,
+                "target": target,
+                "content": text,
+                "argv": vllm_serve_command(prof),
+                "env": dict(prof.env),
+                "output": str(output) if output else None,
+            }
+        )
     elif output is None:
         click.echo(text, nl=not text.endswith("\n"))
     else:

@@ -74,7 +74,7 @@ def activation_peak(inputs: PlanInputs) -> ActivationPeak:
     rows = min(inputs.max_num_batched_tokens, inputs.max_num_seqs)
     if inputs.draft is not None:
         rows *= 2  # the rejection sampler's dummy run: one draft token per request
-    sampler = rows * m.vocab_size * SAMPLER_BYTES_PER_LOGIT
+    sampler: float = rows * m.vocab_size * SAMPLER_BYTES_PER_LOGIT
     sampler += inputs.max_num_batched_tokens * m.hidden_size * a  # hidden states still live
 
     encoder = 0.0

@@ -18,7 +18,6 @@ from servekit.plan.cuda_graphs import GraphPlan, graph_plan
 from servekit.plan.inputs import PlanInputs
 from servekit.plan.kv_cache import (
     KvTerm,
-    kv_bytes_per_token,
     kv_capacity_tokens,
     kv_terms,
     max_concurrency,
@@ -62,7 +61,9 @@ class MemoryPlan:
         return sum(t.bytes_per_token for t in self.kv_terms)
 
 
-def make_plan(inputs: PlanInputs, *, non_torch_bytes: float = NON_TORCH_INCREASE_BYTES) -> MemoryPlan:
+def make_plan(
+    inputs: PlanInputs, *, non_torch_bytes: float = NON_TORCH_INCREASE_BYTES
+) -> MemoryPlan:
     """Return the memory plan for one configuration, never raising on a misfit.
 
     A plan that does not fit has fits=False and, when some shorter context fits,
@@ -185,8 +186,8 @@ def plan_warnings(plan: MemoryPlan) -> list[str]:
         out.append(
             f"multimodal profiling with a {i.max_model_len}-token dummy input reserves "
             f"{to_gib(plan.activations.mm_encoder_bytes):.1f} GiB of activations; for text-only "
-            f"serving --language-model-only (or --skip-mm-profiling) frees ~{to_gib(freed):.1f} GiB "
-            "for KV cache"
+            "serving --language-model-only (or --skip-mm-profiling) frees "
+            f"~{to_gib(freed):.1f} GiB for KV cache"
         )
     if not plan.fits:
         out.append(_misfit_message(plan))

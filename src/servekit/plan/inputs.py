@@ -48,6 +48,7 @@ class PlanInputs:
     max_cudagraph_capture_size: int | None = None
     mm_profiling: bool = False
     mm_encoder_tp: bool = True
+    load_vision: bool = True
     estimate_cudagraphs: bool = True
     engine_version: str = ""
 
@@ -100,7 +101,9 @@ def model_spec(name: str, arch: ArchitectureFacts, quantization: str) -> ModelSp
     )
 
 
-def plan_inputs(profile: Profile, gpu: GpuSpec, arch: ArchitectureFacts | None = None) -> PlanInputs:
+def plan_inputs(
+    profile: Profile, gpu: GpuSpec, arch: ArchitectureFacts | None = None
+) -> PlanInputs:
     """Return the planner inputs a profile describes.
 
     Args:
@@ -165,6 +168,7 @@ def plan_inputs(profile: Profile, gpu: GpuSpec, arch: ArchitectureFacts | None =
         and not args.skip_mm_profiling
         and not args.language_model_only,
         mm_encoder_tp=args.mm_encoder_tp_mode != "data",
+        load_vision=not args.language_model_only,
         estimate_cudagraphs=estimate,
         engine_version=profile.engine.version,
     )
@@ -172,8 +176,11 @@ def plan_inputs(profile: Profile, gpu: GpuSpec, arch: ArchitectureFacts | None =
 
 def _check_parallelism(model: ModelSpec, tp: int) -> None:
     if model.num_attention_heads % tp:
-        divisors = [d for d in range(1, model.num_attention_heads + 1)
-                    if model.num_attention_heads % d == 0 and d <= 64]
+        divisors = [
+            d
+            for d in range(1, model.num_attention_heads + 1)
+            if model.num_attention_heads % d == 0 and d <= 64
+        ]
         raise ConfigError(
             f"tensor_parallel_size {tp} does not divide the {model.num_attention_heads} "
             "attention heads",

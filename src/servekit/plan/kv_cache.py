@@ -44,7 +44,8 @@ def kv_terms(inputs: PlanInputs) -> list[KvTerm]:
         terms.append(
             KvTerm(
                 "MLA latent cache",
-                f"{layers} layers x ({m.mla.kv_lora_rank} + {m.mla.qk_rope_head_dim}) values x {b:g} B",
+                f"{layers} layers x ({m.mla.kv_lora_rank} + {m.mla.qk_rope_head_dim}) values "
+                f"x {b:g} B",
                 round(layers * width * b),
             )
         )

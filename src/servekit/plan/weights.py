@@ -78,7 +78,7 @@ def weights_per_gpu(inputs: PlanInputs) -> WeightBreakdown:
         moe = m.moe
         expert_params = 3 * h * moe.expert_intermediate_size
         if inputs.enable_expert_parallel:
-            per_layer = math.ceil(moe.num_experts / tp) * expert_params
+            per_layer: float = math.ceil(moe.num_experts / tp) * expert_params
         else:
             per_layer = moe.num_experts * expert_params / tp
         shared_size = moe.shared_expert_intermediate_size or moe.expert_intermediate_size
@@ -87,11 +87,13 @@ def weights_per_gpu(inputs: PlanInputs) -> WeightBreakdown:
         other += h * moe.num_experts * m.moe_layers * act * stage_share  # router, replicated
     if m.sparse is not None:
         s = m.sparse
-        index_params = h * s.index_heads * s.index_head_dim + h * s.index_head_dim + h * s.index_heads
+        index_params = (
+            h * s.index_heads * s.index_head_dim + h * s.index_head_dim + h * s.index_heads
+        )
         other += index_params * m.sparse_layers * quant * stage_share  # indexer, replicated
     if m.mla is not None:
         other += (m.mla.kv_lora_rank + (m.mla.q_lora_rank or 0)) * m.num_layers * act * stage_share
-    if m.vision is not None:
+    if m.vision is not None and inputs.load_vision:
         other += m.vision.params * act / (tp if inputs.mm_encoder_tp else 1)
 
     draft = 0.0

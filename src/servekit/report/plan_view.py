@@ -33,8 +33,13 @@ def plan_view(plan: MemoryPlan, rows: list[ReconcileRow] | None = None) -> Rende
     ):
         budget.add_row(name, f"{to_gib(value):.2f}", why)
 
-    kv = Table("KV term", "bytes/token", "derivation", title="KV cache per token per GPU",
-               title_justify="left")
+    kv = Table(
+        "KV term",
+        "bytes/token",
+        "derivation",
+        title="KV cache per token per GPU",
+        title_justify="left",
+    )
     for term in plan.kv_terms:
         kv.add_row(term.label, f"{term.bytes_per_token:,}", term.formula)
     kv.add_row("total", f"{plan.kv_bytes_per_token:,}", "")
@@ -56,8 +61,9 @@ def plan_view(plan: MemoryPlan, rows: list[ReconcileRow] | None = None) -> Rende
 
 
 def _reconcile_table(rows: list[ReconcileRow]) -> Table:
-    table = Table("figure", "planned", "logged", "delta", title="planned vs startup log",
-                  title_justify="left")
+    table = Table(
+        "figure", "planned", "logged", "delta", title="planned vs startup log", title_justify="left"
+    )
     for row in rows:
         actual = "-" if row.actual is None else f"{row.actual:,.2f}"
         delta = "-" if row.delta_pct is None else f"{row.delta_pct:+.1f}%"

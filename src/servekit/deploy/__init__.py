@@ -1,0 +1,10 @@
+"""Deployment artifacts of a profile (core): engine flags and launch files as text.
+
+`render(profile, target)` gives one of `TARGETS`; `vllm_serve_args` and
+`vllm_serve_command` give the engine's argument list for code that launches it.
+"""
+
+from servekit.deploy.argv import vllm_serve_args, vllm_serve_command
+from servekit.deploy.render import TARGETS, render
+
+__all__ = ["TARGETS", "render", "vllm_serve_args", "vllm_serve_command"]

@@ -1,0 +1,130 @@
+"""The `vllm serve` argument list of a profile (core): mechanical, flag by flag.
+
+Every target (a shell command, docker, compose, Kubernetes, a launch script) starts
+from the flag groups built here, so the engine sees the same arguments whichever
+way it is launched. A flag group is one flag with its value, if it has one; the
+renderers put one group on each line.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from servekit.errors import ConfigError
+from servekit.profiles.schema import Profile, ServeArgs
+
+FlagGroup = tuple[str, ...]
+"""One flag and its value (`("--block-size", "128")`) or a bare flag (`("--enforce-eager",)`)."""
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_FLAG_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+
+# Flags servekit writes itself: an extra_args entry with one of these names would either
+# duplicate a typed field or fight the port and address the rendered targets publish.
+_OWNED_ELSEWHERE: dict[str, str] = {
+    "host": "set deploy.bind_host instead",
+    "port": "set deploy.port instead",
+    "model": "set model.path instead",
+    "speculative-config": "set speculative.config instead",
+}
+
+
+def vllm_serve_flags(profile: Profile) -> list[FlagGroup]:
+    """Return the profile's `vllm serve` flags, grouped one flag with its value per group.
+
+    Typed serve arguments come first in declaration order, then `extra_args` in the
+    order written, then `--speculative-config`. A typed argument is rendered only when
+    the profile set it (or it is required, like `max_model_len`), so vLLM's own
+    defaults stay in charge of everything the profile did not decide.
+
+    Raises:
+        ConfigError: an `extra_args` name is malformed or belongs to a typed field.
+    """
+    args = profile.serve_args
+    groups: list[FlagGroup] = []
+    for name, field in ServeArgs.model_fields.items():
+        if name == "extra_args":
+            continue
+        if name not in args.model_fields_set and not field.is_required():
+            continue
+        value = getattr(args, name)
+        if value is not None:
+            groups.append(_flag_group(_kebab(name), value))
+    for raw_name, value in args.extra_args.items():
+        name = _extra_flag_name(raw_name)
+        if value is not None:
+            groups.append(_flag_group(name, value))
+    if profile.speculative is not None:
+        config = profile.speculative.config.model_dump(mode="json", exclude_none=True)
+        groups.append(("--speculative-config", _compact_json(config)))
+    return groups
+
+
+def vllm_serve_args(profile: Profile) -> list[str]:
+    """Return the flags of `vllm serve` for a profile, without `vllm serve` and the model.
+
+    Example:
+        For `minimax-m3-mxfp8-8xa800` this starts `["--block-size", "128",
+        "--max-model-len", "131072", ...]` and ends with `"--speculative-config",
+        '{"method":"eagle3",...}'`; JSON values are one compact element each.
+    """
+    return [word for group in vllm_serve_flags(profile) for word in group]
+
+
+def vllm_serve_command(profile: Profile) -> list[str]:
+    """Return the whole engine command: `["vllm", "serve", <model path>, *flags]`."""
+    return ["vllm", "serve", profile.model.path, *vllm_serve_args(profile)]
+
+
+def environment(profile: Profile) -> dict[str, str]:
+    """Return the engine's environment variables, checked to be usable names.
+
+    Raises:
+        ConfigError: a name is not a valid environment variable name.
+    """
+    for name in profile.env:
+        if not _ENV_NAME.match(name):
+            raise ConfigError(
+                f"profile {profile.name}: env name {name!r} is not a valid variable name",
+                fix="use letters, digits and underscores, not starting with a digit",
+            )
+    return dict(profile.env)
+
+
+def _flag_group(name: str, value: object) -> FlagGroup:
+    if isinstance(value, bool):
+        return (f"--{name}",) if value else (f"--no-{name}",)
+    if isinstance(value, dict | list):
+        return (f"--{name}", _compact_json(value))
+    if isinstance(value, float):
+        return (f"--{name}", repr(value))
+    text = str(value)
+    if text.startswith("-"):
+        # argparse would read a separate "-x" as an option; "--flag=-x" is unambiguous.
+        return (f"--{name}={text}",)
+    return (f"--{name}", text)
+
+
+def _compact_json(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _kebab(name: str) -> str:
+    return name.replace("_", "-")
+
+
+def _extra_flag_name(raw_name: str) -> str:
+    name = _kebab(raw_name.lstrip("-"))
+    if not _FLAG_NAME.match(name):
+        raise ConfigError(
+            f"serve_args.extra_args: {raw_name!r} is not a vLLM flag name",
+            fix="write the flag's name as vLLM spells it, e.g. disable-log-requests",
+        )
+    fix = _OWNED_ELSEWHERE.get(name)
+    snake = name.replace("-", "_")
+    if fix is None and snake in ServeArgs.model_fields and snake != "extra_args":
+        fix = f"set serve_args.{snake} instead"
+    if fix is not None:
+        raise ConfigError(f"serve_args.extra_args: {raw_name!r} is not allowed here", fix=fix)
+    return name

@@ -1,0 +1,50 @@
+"""POSIX shell text from argument lists (core): quoting and line continuation.
+
+Every word goes through `shlex.quote`, so whatever a profile holds (a served
+model name with quotes, `;` or `$(...)`) reaches the program as exactly one
+argument. Long commands are laid out one flag group per line with ` \\`.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Iterable, Sequence
+
+from servekit.deploy._container import one_line
+
+INDENT = "  "
+"""Indent of continuation lines."""
+
+
+def quote_words(words: Iterable[str]) -> str:
+    """Return words as one line of shell, each quoted only when it needs it.
+
+    Example:
+        `quote_words(["--served-model-name", "a b"])` is `--served-model-name 'a b'`.
+    """
+    return " ".join(shlex.quote(word) for word in words)
+
+
+def continued(lines: Sequence[str]) -> str:
+    """Return pre-rendered shell lines joined into one command with ` \\` continuations."""
+    return " \\\n".join(lines)
+
+
+def command_lines(head: Sequence[str], groups: Iterable[Sequence[str]]) -> list[str]:
+    """Return the lines of one command: the head words, then one indented line per group.
+
+    Args:
+        head: the words of the first line, e.g. `["vllm", "serve", "/models/m"]`.
+        groups: the following words, one line per group (a flag with its value).
+    """
+    return [quote_words(head), *(INDENT + quote_words(group) for group in groups)]
+
+
+def assignment(name: str, value: str) -> str:
+    """Return `NAME=value` with the value quoted; the name must already be a valid name."""
+    return f"{name}={shlex.quote(value)}"
+
+
+def comments(lines: Iterable[str]) -> list[str]:
+    """Return each text as a `# ` comment line that cannot break out of the comment."""
+    return [f"# {one_line(line)}".rstrip() for line in lines]

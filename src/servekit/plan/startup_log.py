@@ -1,0 +1,350 @@
+"""vLLM startup-log reader (core): figures and failure signatures from a log's text.
+
+`parse_startup_log` takes the text of one vLLM server start (stdout and stderr as
+captured, any prefixes) and returns what the engine reported: weights, KV-cache
+memory and capacity, CUDA-graph memory, and every line that signals a failure.
+It reads no files and never raises on malformed input.
+
+Matching is on vLLM's message text, never on the `[file.py:123]` source location,
+which moves between releases. Lines may carry any prefix, such as
+`(EngineCore_DP0 pid=413) INFO 07-25 10:00:00 [gpu_worker.py:123] ` or
+`(VllmWorker TP0 pid=1545) `, and ANSI colour codes, which are removed first.
+Numbers may be negative (`-0.53 GiB`) or carry thousands separators (`331,584`).
+
+With tensor parallelism every worker prints its own copy of the per-GPU lines.
+The first occurrence of each figure is kept, with two exceptions when ranks
+disagree: `weights_gib` keeps the largest value (the fullest GPU is the one that
+limits what fits) and `available_kv_gib` keeps the smallest (vLLM sizes the KV
+cache of every rank to the smallest one, so that rank bounds capacity).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType
+
+__all__ = [
+    "FAILURE_KINDS",
+    "LogFailure",
+    "MaxLenShortfall",
+    "StartupFigures",
+    "parse_startup_log",
+]
+
+_INT = r"\d{1,3}(?:,\d{3})+|\d+"
+_NUM = rf"-?(?:{_INT})(?:\.\d+)?"
+_VERSION = r"v?(\d+\.\d+[\w.+-]*)"
+# Lines after a max-seq-len error that may hold the rest of a wrapped message.
+_MAX_LEN_WINDOW = 4
+
+_ANSI_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+
+_MODEL_LOAD_RE = re.compile(rf"Model loading took ({_NUM}) GiB(?: memory)? and ({_NUM}) sec")
+_AVAILABLE_KV_RE = re.compile(rf"Available KV cache memory: ({_NUM}) GiB")
+_KV_TOKENS_RE = re.compile(rf"GPU KV cache size: ({_INT}) tokens")
+_CONCURRENCY_RE = re.compile(
+    rf"Maximum concurrency for ({_INT}) tokens per request: ({_NUM})x",
+)
+_ESTIMATED_GRAPH_RE = re.compile(rf"Estimated CUDA graph memory: ({_NUM}) GiB")
+_GRAPH_CAPTURE_RE = re.compile(
+    rf"Graph capturing finished in ({_NUM}) secs?, took ({_NUM}) GiB",
+)
+_PROFILING_ON_RE = re.compile(r"CUDA graph memory profiling is enabled")
+_PROFILING_OFF_RE = re.compile(r"CUDA graph memory profiling is disabled")
+_GMU_CURRENT_RE = re.compile(rf"--gpu-memory-utilization=({_NUM})")
+_GMU_FROM_RE = re.compile(rf"--gpu-memory-utilization from ({_NUM})")
+_GRAPH_COUNTS_RE = re.compile(r"Profiling CUDA graph memory: (.*)")
+_GRAPH_COUNT_ITEM_RE = re.compile(rf"\b([A-Z][A-Z_]*)=({_INT})")
+_VERSION_RES = (
+    re.compile(rf"vLLM API server version {_VERSION}"),
+    re.compile(rf"Starting vLLM API server\b.{{0,200}}?\bversion {_VERSION}"),
+    re.compile(rf"Initializing an? (?:V1 )?LLM engine \({_VERSION}\)"),
+)
+_MAX_LEN_RE = re.compile(
+    rf"To serve at least one request with the model\S* max seq len(?: \(({_INT})\))?",
+)
+_MAX_LEN_NEEDED_RE = re.compile(rf"({_NUM}) GiB KV cache is needed")
+_MAX_LEN_AVAILABLE_RE = re.compile(rf"available KV cache memory \(({_NUM}) GiB\)")
+_MAX_LEN_ESTIMATE_RE = re.compile(rf"estimated maximum model length is ({_INT})")
+
+# Order is the order in which kinds found on one line are reported.
+_FAILURE_RES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("illegal_memory_access", re.compile(r"illegal memory access", re.IGNORECASE)),
+    ("engine_fatal", re.compile(r"EngineCore encountered a fatal error")),
+    (
+        "worker_died",
+        re.compile(r"\b(?:Worker|Engine core) proc\b.{0,200}?\bdied unexpectedly"),
+    ),
+    ("cuda_oom", re.compile(r"CUDA out of memory|torch(?:\.cuda)?\.OutOfMemoryError")),
+    ("max_len_too_long", _MAX_LEN_RE),
+    ("no_kv_memory", re.compile(r"No available memory for the cache blocks")),
+    (
+        "startup_failed",
+        re.compile(r"EngineCore failed to start|Engine core initialization failed"),
+    ),
+)
+
+FAILURE_KINDS: tuple[str, ...] = tuple(kind for kind, _ in _FAILURE_RES)
+"""Every `LogFailure.kind`, in the order kinds on one line are reported."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogFailure:
+    """One log line that signals a failed or failing engine.
+
+    Attributes:
+        kind: one of `FAILURE_KINDS`.
+        line_no: 1-based line number in the parsed text.
+        text: the line with ANSI codes removed and surrounding whitespace stripped.
+    """
+
+    kind: str
+    line_no: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class MaxLenShortfall:
+    """What vLLM said when `max_model_len` did not fit the KV cache.
+
+    Attributes:
+        max_seq_len: the model length that did not fit (None if the message had none).
+        needed_kv_gib: KV cache one such request needs.
+        available_kv_gib: KV cache memory that was available.
+        estimated_max_len: the longest model length vLLM estimated would fit.
+    """
+
+    max_seq_len: int | None
+    needed_kv_gib: float | None
+    available_kv_gib: float | None
+    estimated_max_len: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class StartupFigures:
+    """Figures and failures read from a vLLM startup log; None where the log had none.
+
+    Attributes:
+        weights_gib: GPU memory the model weights took (largest across ranks).
+        model_load_s: seconds loading the model took.
+        available_kv_gib: memory left for the KV cache (smallest across ranks).
+        kv_cache_tokens: tokens the KV cache holds.
+        max_concurrency: full-length requests the KV cache holds at once.
+        concurrency_tokens_per_request: request length `max_concurrency` is quoted for.
+        estimated_cuda_graph_gib: CUDA-graph memory the profiler estimated.
+        graph_capture_gib: CUDA-graph memory capture actually took.
+        graph_capture_s: seconds graph capture took.
+        cudagraph_profiling: True if CUDA-graph memory profiling was reported enabled,
+            False if reported disabled.
+        gpu_memory_utilization: the `--gpu-memory-utilization` the profiling line quotes.
+        graph_counts: CUDA graphs profiled per mode, e.g. `{"PIECEWISE": 51, "FULL": 35}`.
+        max_len_estimate: longest model length vLLM estimated would fit, from a failure.
+        max_len_shortfall: the first max-seq-len failure's figures.
+        failures: every failure signature, in line order.
+        vllm_version: the vLLM version the log reports.
+    """
+
+    weights_gib: float | None = None
+    model_load_s: float | None = None
+    available_kv_gib: float | None = None
+    kv_cache_tokens: int | None = None
+    max_concurrency: float | None = None
+    concurrency_tokens_per_request: int | None = None
+    estimated_cuda_graph_gib: float | None = None
+    graph_capture_gib: float | None = None
+    graph_capture_s: float | None = None
+    cudagraph_profiling: bool | None = None
+    gpu_memory_utilization: float | None = None
+    graph_counts: Mapping[str, int] | None = field(default=None, hash=False)
+    max_len_estimate: int | None = None
+    max_len_shortfall: MaxLenShortfall | None = None
+    failures: tuple[LogFailure, ...] = ()
+    vllm_version: str | None = None
+
+    @property
+    def found_any(self) -> bool:
+        """True when the log had at least one recognised line (a figure or a failure)."""
+        return bool(self.failures) or any(
+            getattr(self, f.name) is not None for f in fields(self) if f.name != "failures"
+        )
+
+
+@dataclass(slots=True)
+class _Scan:
+    """Mutable accumulator private to one `parse_startup_log` call."""
+
+    weights_gib: float | None = None
+    model_load_s: float | None = None
+    available_kv_gib: float | None = None
+    kv_cache_tokens: int | None = None
+    max_concurrency: float | None = None
+    concurrency_tokens_per_request: int | None = None
+    estimated_cuda_graph_gib: float | None = None
+    graph_capture_gib: float | None = None
+    graph_capture_s: float | None = None
+    cudagraph_profiling: bool | None = None
+    gpu_memory_utilization: float | None = None
+    graph_counts: dict[str, int] | None = None
+    max_len_estimate: int | None = None
+    max_len_shortfall: MaxLenShortfall | None = None
+    failures: list[LogFailure] = field(default_factory=list)
+    vllm_version: str | None = None
+
+
+def parse_startup_log(text: str) -> StartupFigures:
+    """Read figures and failure signatures from the text of a vLLM startup log.
+
+    Lines end at `\\n`; one trailing `\\r` per line is dropped, so `\\r\\n` text
+    parses the same. Any text is accepted; unrecognised lines are ignored.
+
+    Args:
+        text: the whole log, as captured.
+
+    Returns:
+        The figures found (first occurrence; largest weights and smallest available
+        KV across ranks) and every failure line in order with 1-based line numbers.
+    """
+    lines = [_clean(raw) for raw in text.split("\n")]
+    scan = _Scan()
+    for index, line in enumerate(lines):
+        _scan_figures(scan, line)
+        _scan_failures(scan, lines, index)
+    return StartupFigures(
+        weights_gib=scan.weights_gib,
+        model_load_s=scan.model_load_s,
+        available_kv_gib=scan.available_kv_gib,
+        kv_cache_tokens=scan.kv_cache_tokens,
+        max_concurrency=scan.max_concurrency,
+        concurrency_tokens_per_request=scan.concurrency_tokens_per_request,
+        estimated_cuda_graph_gib=scan.estimated_cuda_graph_gib,
+        graph_capture_gib=scan.graph_capture_gib,
+        graph_capture_s=scan.graph_capture_s,
+        cudagraph_profiling=scan.cudagraph_profiling,
+        gpu_memory_utilization=scan.gpu_memory_utilization,
+        graph_counts=None if scan.graph_counts is None else MappingProxyType(scan.graph_counts),
+        max_len_estimate=scan.max_len_estimate,
+        max_len_shortfall=scan.max_len_shortfall,
+        failures=tuple(scan.failures),
+        vllm_version=scan.vllm_version,
+    )
+
+
+def _clean(raw: str) -> str:
+    """Return one line without its trailing carriage return and ANSI escape codes."""
+    if raw.endswith("\r"):
+        raw = raw[:-1]
+    return _ANSI_RE.sub("", raw)
+
+
+def _to_float(token: str | None) -> float | None:
+    """Return a finite float from a matched number, or None."""
+    if token is None:
+        return None
+    try:
+        value = float(token.replace(",", ""))
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _to_int(token: str | None) -> int | None:
+    """Return an int from a matched number, or None (Python refuses huge digit strings)."""
+    if token is None:
+        return None
+    try:
+        return int(token.replace(",", ""))
+    except ValueError:
+        return None
+
+
+def _first(current: float | None, new: float | None) -> float | None:
+    """Return `current` once set: later ranks' copies of a figure do not replace it."""
+    return new if current is None else current
+
+
+def _scan_figures(scan: _Scan, line: str) -> None:
+    """Fold the figures one cleaned line reports into `scan`."""
+    if m := _MODEL_LOAD_RE.search(line):
+        weights = _to_float(m.group(1))
+        if weights is not None and (scan.weights_gib is None or weights > scan.weights_gib):
+            scan.weights_gib = weights
+        scan.model_load_s = _first(scan.model_load_s, _to_float(m.group(2)))
+    if m := _AVAILABLE_KV_RE.search(line):
+        available = _to_float(m.group(1))
+        if available is not None and (
+            scan.available_kv_gib is None or available < scan.available_kv_gib
+        ):
+            scan.available_kv_gib = available
+    if scan.kv_cache_tokens is None and (m := _KV_TOKENS_RE.search(line)):
+        scan.kv_cache_tokens = _to_int(m.group(1))
+    if scan.max_concurrency is None and (m := _CONCURRENCY_RE.search(line)):
+        scan.concurrency_tokens_per_request = _to_int(m.group(1))
+        scan.max_concurrency = _to_float(m.group(2))
+    if m := _ESTIMATED_GRAPH_RE.search(line):
+        scan.estimated_cuda_graph_gib = _first(scan.estimated_cuda_graph_gib, _to_float(m.group(1)))
+    if scan.graph_capture_gib is None and (m := _GRAPH_CAPTURE_RE.search(line)):
+        scan.graph_capture_s = _to_float(m.group(1))
+        scan.graph_capture_gib = _to_float(m.group(2))
+    _scan_profiling(scan, line)
+    if scan.graph_counts is None and (m := _GRAPH_COUNTS_RE.search(line)):
+        counts = {
+            mode: count
+            for mode, raw in _GRAPH_COUNT_ITEM_RE.findall(m.group(1))
+            if (count := _to_int(raw)) is not None
+        }
+        scan.graph_counts = counts or None
+    if scan.vllm_version is None:
+        for version_re in _VERSION_RES:
+            if m := version_re.search(line):
+                scan.vllm_version = m.group(1).rstrip(".-+")
+                break
+    if scan.max_len_estimate is None and (m := _MAX_LEN_ESTIMATE_RE.search(line)):
+        scan.max_len_estimate = _to_int(m.group(1))
+
+
+def _scan_profiling(scan: _Scan, line: str) -> None:
+    """Fold the CUDA-graph memory profiling notice, and the utilization it quotes."""
+    if scan.cudagraph_profiling is not None:
+        return
+    if _PROFILING_ON_RE.search(line):
+        scan.cudagraph_profiling = True
+        gmu = _GMU_CURRENT_RE.search(line) or _GMU_FROM_RE.search(line)
+    elif _PROFILING_OFF_RE.search(line):
+        scan.cudagraph_profiling = False
+        gmu = _GMU_FROM_RE.search(line) or _GMU_CURRENT_RE.search(line)
+    else:
+        return
+    if gmu is not None:
+        scan.gpu_memory_utilization = _to_float(gmu.group(1))
+
+
+def _scan_failures(scan: _Scan, lines: list[str], index: int) -> None:
+    """Record every failure kind line `index` matches, and a max-seq-len shortfall."""
+    line = lines[index]
+    for kind, pattern in _FAILURE_RES:
+        m = pattern.search(line)
+        if m is None:
+            continue
+        scan.failures.append(LogFailure(kind=kind, line_no=index + 1, text=line.strip()))
+        if kind == "max_len_too_long" and scan.max_len_shortfall is None:
+            scan.max_len_shortfall = _read_shortfall(m, lines, index)
+            if scan.max_len_estimate is None:
+                scan.max_len_estimate = scan.max_len_shortfall.estimated_max_len
+
+
+def _read_shortfall(match: re.Match[str], lines: list[str], index: int) -> MaxLenShortfall:
+    """Read a max-seq-len error's figures from its line and the few that may continue it."""
+    # The message is one line in a real log; pasted copies are often wrapped.
+    window = " ".join(lines[index : index + _MAX_LEN_WINDOW])[match.start() :]
+    needed = _MAX_LEN_NEEDED_RE.search(window)
+    available = _MAX_LEN_AVAILABLE_RE.search(window)
+    estimate = _MAX_LEN_ESTIMATE_RE.search(window)
+    return MaxLenShortfall(
+        max_seq_len=_to_int(match.group(1)),
+        needed_kv_gib=_to_float(needed.group(1) if needed else None),
+        available_kv_gib=_to_float(available.group(1) if available else None),
+        estimated_max_len=_to_int(estimate.group(1) if estimate else None),
+    )
