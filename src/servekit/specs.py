@@ -64,18 +64,24 @@ class VisionSpec:
         hidden_size: encoder width.
         intermediate_size: encoder MLP width.
         patches_per_token: encoder patches merged into one language-model token.
+        values_per_patch: pixel values per patch (channels x temporal x patch^2), the input.
+        projector_width: width of a per-patch projector MLP (width -> p -> p), if any.
     """
 
     num_layers: int
     hidden_size: int
     intermediate_size: int
     patches_per_token: int = 4
+    values_per_patch: int = 0
+    projector_width: int | None = None
 
     @property
     def params(self) -> int:
-        """Parameters of the encoder layers (attention 4*w^2 plus MLP 2*w*i per layer)."""
+        """Encoder parameters: layers (attention 4w^2 + MLP 2wi) and a per-patch projector."""
         w = self.hidden_size
-        return self.num_layers * (4 * w * w + 2 * w * self.intermediate_size)
+        layers = self.num_layers * (4 * w * w + 2 * w * self.intermediate_size)
+        p = self.projector_width or 0
+        return layers + w * p + p * p
 
 
 @dataclass(frozen=True, slots=True)

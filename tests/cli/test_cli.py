@@ -44,7 +44,7 @@ def test_plan_from_log_side_by_side() -> None:
         "plan", "minimax-m3-mxfp8-8xa800", "--from-log", str(DATA / "m3_a800_tp8.log"), "--json"
     )
     assert code == 0, err
-    rows = {r["name"]: r for r in json.loads(out)["from_log"]}
+    rows = {r["name"]: r for r in json.loads(out)["from_log"]["figures"]}
     assert rows["weights"]["actual"] == pytest.approx(58.5)
     assert rows["KV cache"]["actual"] == pytest.approx(10.2)
     assert rows["KV cache tokens"]["actual"] == 241_664
@@ -86,7 +86,14 @@ def test_bad_utilization_exit_1() -> None:
 
 def test_tp_not_dividing_heads_exit_1() -> None:
     """A TP that does not divide the attention heads is one clear line and exit 1."""
-    code, _, err = run("plan", "llama-3.1-70b-4xh100", "--set", "tensor_parallel_size=3")
+    code, _, err = run(
+        "plan",
+        "llama-3.1-70b-4xh100",
+        "--set",
+        "tensor_parallel_size=3",
+        "--set",
+        "hardware.gpus_per_node=3",
+    )
     assert code == 1
     assert "tensor_parallel_size 3 does not divide the 64 attention heads" in err
 
@@ -154,3 +161,31 @@ def test_version() -> None:
     code, out, _ = run("--version")
     assert code == 0
     assert out.startswith("servekit, version ")
+
+
+def test_plan_from_log_shows_failures() -> None:
+    """Failure signatures in the log are reported with their line numbers."""
+    log = str(DATA / "crash_illegal_memory_access.log")
+    code, out, _ = run("plan", "minimax-m3-mxfp8-8xa800", "--from-log", log, "--json")
+    assert code == 0
+    kinds = {f["kind"] for f in json.loads(out)["from_log"]["failures"]}
+    assert {"illegal_memory_access", "engine_fatal", "worker_died"} <= kinds
+    code, out, _ = run("plan", "minimax-m3-mxfp8-8xa800", "--from-log", log)
+    assert "illegal_memory_access" in out
+
+
+def test_render_to_unwritable_path_is_one_line(tmp_path: Path) -> None:
+    """-o into a missing directory is a one-line error, exit 1."""
+    code, _, err = run("render", "llama-3.1-70b-4xh100", "-o", str(tmp_path / "no" / "x.sh"))
+    assert code == 1
+    assert err.startswith("servekit: error: cannot write")
+
+
+def test_profiles_list_survives_a_broken_user_file(tmp_path: Path) -> None:
+    """One invalid user profile is listed as invalid; the others are still listed."""
+    (tmp_path / "broken.yaml").write_text("name: broken\nserve_args: [\n", encoding="utf-8")
+    code, out, _ = run("profiles", "list", "--profiles-dir", str(tmp_path), "--json")
+    assert code == 0
+    rows = {p["name"]: p for p in json.loads(out)["profiles"]}
+    assert "invalid YAML" in rows["broken"]["error"]
+    assert "minimax-m3-mxfp8-8xa800" in rows

@@ -101,6 +101,8 @@ def test_dollar_signs_are_escaped_from_interpolation() -> None:
 
 
 def test_multi_node_profile_is_refused() -> None:
-    """A profile spanning several nodes cannot be one compose service: ConfigError."""
-    with pytest.raises(ConfigError, match="2 nodes"):
-        render(load_profile(M3, overrides=["hardware.nodes=2"]), "compose")
+    """A profile spanning several nodes is refused by every target: ConfigError."""
+    two_nodes = ["hardware.nodes=2", "pipeline_parallel_size=2"]
+    for target in ("vllm", "docker", "compose", "k8s", "script"):
+        with pytest.raises(ConfigError, match="2 nodes"):
+            render(load_profile(M3, overrides=two_nodes), target)

@@ -416,5 +416,20 @@ def test_non_integer_value_and_out_of_range_fact_raise() -> None:
     """A non-integer size or a value the schema rejects raises ModelDirError."""
     with pytest.raises(ModelDirError, match="'hidden_size' is '8192', not an integer"):
         architecture_from_config({**LLAMA_31_70B, "hidden_size": "8192"})
-    with pytest.raises(ModelDirError, match="invalid architecture facts"):
+    with pytest.raises(ModelDirError, match="model config gives an invalid dtype"):
         architecture_from_config({**LLAMA_31_70B, "torch_dtype": "int4"})
+
+
+def test_zero_heads_is_one_line_error() -> None:
+    """A config with zero attention heads is a one-line ModelDirError, not a crash."""
+    config = {
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 0,
+        "vocab_size": 128,
+        "intermediate_size": 128,
+    }
+    with pytest.raises(ModelDirError) as info:
+        architecture_from_config(config)
+    assert "num_attention_heads" in str(info.value)
+    assert "\n" not in str(info.value)

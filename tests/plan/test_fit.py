@@ -38,14 +38,14 @@ def test_m3_worked_example(inputs_for: Build) -> None:
     plan = make_plan(inputs_for("minimax-m3-mxfp8-8xa800"))
     assert plan.capacity_bytes / GIB == pytest.approx(79.150, abs=0.001)
     assert plan.requested_bytes / GIB == pytest.approx(78.359, abs=0.001)
-    assert plan.weights.total_bytes / GIB == pytest.approx(54.219, abs=0.001)
-    assert plan.activations.mm_encoder_bytes / GIB == pytest.approx(5.000, abs=0.001)
+    assert plan.weights.total_bytes / GIB == pytest.approx(54.229, abs=0.001)
+    assert plan.activations.mm_encoder_bytes / GIB == pytest.approx(9.898, abs=0.001)
     assert plan.activations.sampler_bytes / GIB == pytest.approx(1.001, abs=0.001)
     assert plan.graphs.total_bytes / GIB == pytest.approx(2.882, abs=0.001)
-    assert plan.kv_cache_bytes / GIB == pytest.approx(18.890, abs=0.001)
+    assert plan.kv_cache_bytes / GIB == pytest.approx(13.981, abs=0.001)
     assert plan.kv_bytes_per_token == 45_824
-    assert plan.kv_cache_tokens == 442_624
-    assert plan.max_concurrency == pytest.approx(3458 / 1024)
+    assert plan.kv_cache_tokens == 327_552
+    assert plan.max_concurrency == pytest.approx(2559 / 1024)
 
 
 def test_m3_against_deployment_figures(inputs_for: Build) -> None:
@@ -118,7 +118,9 @@ def test_misfit_finds_largest_fitting_length(inputs_for: Build) -> None:
 
 def test_nothing_fits_says_so(inputs_for: Build) -> None:
     """When weights alone exceed the budget there is no fitting length and the fix says so."""
-    plan = make_plan(inputs_for("llama-3.1-70b-4xh100", "tensor_parallel_size=1"))
+    plan = make_plan(
+        inputs_for("llama-3.1-70b-4xh100", "tensor_parallel_size=1", "hardware.gpus_per_node=1")
+    )
     assert not plan.fits
     assert plan.largest_fitting_max_model_len is None
     assert "use more GPUs" in plan.warnings[-1]
@@ -127,10 +129,30 @@ def test_nothing_fits_says_so(inputs_for: Build) -> None:
 def test_tp_must_divide_heads(inputs_for: Build) -> None:
     """A TP size that does not divide the attention heads is a clear error."""
     with pytest.raises(ConfigError, match="tensor_parallel_size 3 does not divide the 64"):
-        inputs_for("llama-3.1-70b-4xh100", "tensor_parallel_size=3")
+        inputs_for("llama-3.1-70b-4xh100", "tensor_parallel_size=3", "hardware.gpus_per_node=3")
 
 
 def test_m3_block_size_must_be_128(inputs_for: Build) -> None:
     """MiniMax-M3's sparse attention requires block size 128."""
     with pytest.raises(ConfigError, match="block_size 16 does not work"):
         inputs_for("minimax-m3-mxfp8-8xa800", "block_size=16")
+
+
+def test_m3_encoder_live_set(inputs_for: Build) -> None:
+    """M3 profiling peak: 131,072 x 4 patches x (1176 pixels + projector live set) x 2 B."""
+    plan = make_plan(inputs_for("minimax-m3-mxfp8-8xa800"))
+    patches = 131_072 * 4
+    assert plan.activations.mm_encoder_bytes == patches * (1176 + 1280 + 2 * 6144 / 8 + 6144) * 2
+    replicated = make_plan(inputs_for("minimax-m3-mxfp8-8xa800", "mm_encoder_tp_mode=data"))
+    assert replicated.activations.mm_encoder_bytes == patches * (1176 + 1280 + 3 * 6144) * 2
+
+
+def test_m3_activation_matches_deployment_remainder(inputs_for: Build) -> None:
+    """Planned activation + non-torch is within 10% of what the deployment's figures leave.
+
+    requested - logged weights - logged KV = 78.36 - 58.5 - 10.2 = 9.66 GiB.
+    """
+    plan = make_plan(inputs_for("minimax-m3-mxfp8-8xa800"))
+    remainder = plan.requested_bytes / GIB - 58.5 - 10.2
+    planned = (plan.activations.peak_bytes + plan.non_torch_bytes) / GIB
+    assert planned == pytest.approx(remainder, rel=0.10)

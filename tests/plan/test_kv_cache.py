@@ -21,14 +21,24 @@ def test_llama_70b_tp4_bf16(inputs_for: Build) -> None:
 def test_deepseek_v3_mla_same_at_any_tp(inputs_for: Build, tp: int) -> None:
     """DeepSeek-V3's MLA cache is 70,272 bytes per token per GPU whatever the TP size."""
     assert (
-        kv_bytes_per_token(inputs_for("deepseek-v3-8xh200", f"tensor_parallel_size={tp}")) == 70_272
+        kv_bytes_per_token(
+            inputs_for(
+                "deepseek-v3-8xh200", f"tensor_parallel_size={tp}", f"hardware.gpus_per_node={tp}"
+            )
+        )
+        == 70_272
     )
 
 
 def test_kv_heads_replicated_beyond_tp(inputs_for: Build) -> None:
     """Llama-70B's 8 KV heads at TP 16 leave one replicated head per rank (80*2*128*2)."""
     assert (
-        kv_bytes_per_token(inputs_for("llama-3.1-70b-4xh100", "tensor_parallel_size=16")) == 40_960
+        kv_bytes_per_token(
+            inputs_for(
+                "llama-3.1-70b-4xh100", "tensor_parallel_size=16", "hardware.gpus_per_node=16"
+            )
+        )
+        == 40_960
     )
 
 

@@ -47,6 +47,8 @@ def test_expert_parallel_matches_tp_when_divisible(inputs_for: Build) -> None:
 def test_pipeline_parallel_splits_layers(inputs_for: Build) -> None:
     """Two pipeline stages hold half the layers and one of embedding/LM head."""
     one = weights_per_gpu(inputs_for("llama-3.1-70b-4xh100"))
-    two = weights_per_gpu(inputs_for("llama-3.1-70b-4xh100", "pipeline_parallel_size=2"))
+    two = weights_per_gpu(
+        inputs_for("llama-3.1-70b-4xh100", "pipeline_parallel_size=2", "hardware.gpus_per_node=8")
+    )
     assert two.dense_mlp_bytes == pytest.approx(one.dense_mlp_bytes / 2)
     assert two.embeddings_bytes == pytest.approx(one.embeddings_bytes / 2)

@@ -147,3 +147,39 @@ def test_user_directory_profiles_are_listed(tmp_path: Path) -> None:
     assert not found["mine"].builtin
     assert found["llama-3.1-70b-4xh100"].builtin
     assert load_profile("mine", extra_dirs=[tmp_path]).serve_args.tensor_parallel_size == 4
+
+
+def test_non_utf8_file_is_one_line_error(tmp_path: Path) -> None:
+    """A profile that is not UTF-8 text is a ConfigError naming the file."""
+    path = tmp_path / "bin.yaml"
+    path.write_bytes(b"\xff\xfe\x00name")
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        load_profile(str(path))
+
+
+def test_name_must_match_file_name(tmp_path: Path) -> None:
+    """A name: that differs from the file name is refused, so listed names always load."""
+    path = _write(tmp_path, "file-stem", "extends: llama-3.1-70b-4xh100\nname: other\n")
+    with pytest.raises(ConfigError, match="name 'other' differs from the file name"):
+        load_profile(str(path))
+
+
+def test_missing_parent_names_the_extends_line(tmp_path: Path) -> None:
+    """extends: naming a missing profile reports the file and line of the extends key."""
+    path = _write(tmp_path, "child", "name: child\nextends: nope-not-here\n")
+    with pytest.raises(ConfigError) as info:
+        load_profile(str(path))
+    assert str(info.value).startswith(f"{path}:2: extends: unknown profile 'nope-not-here'")
+
+
+@pytest.mark.parametrize("raw", ["123", "yes", "2024-01-01"])
+def test_override_keeps_text_for_string_fields(raw: str) -> None:
+    """--set of a text field keeps what was written even when YAML would read a number."""
+    profile = load_profile("llama-3.1-70b-4xh100", overrides=[f"served_model_name={raw}"])
+    assert profile.serve_args.served_model_name == raw
+
+
+def test_parallel_sizes_must_use_the_gpus() -> None:
+    """TP x PP x DP must equal the GPUs the hardware section declares."""
+    with pytest.raises(ConfigError, match=r"= 8 GPUs, but hardware has 4"):
+        load_profile("llama-3.1-70b-4xh100", overrides=["tensor_parallel_size=8"])

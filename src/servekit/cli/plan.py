@@ -20,7 +20,7 @@ from servekit.plan import make_plan, misfit_message, plan_inputs, plan_to_json
 from servekit.plan.checkpoint import architecture_from_config, read_checkpoint
 from servekit.plan.fit import NON_TORCH_INCREASE_BYTES
 from servekit.plan.reconcile import reconcile, reconcile_to_json
-from servekit.plan.startup_log import parse_startup_log
+from servekit.plan.startup_log import LogFailure, parse_startup_log
 from servekit.profiles import load_profile
 from servekit.report.plan_view import plan_view
 from servekit.units import GIB
@@ -66,6 +66,7 @@ def plan_command(
         plan_inputs(prof, lookup_gpu(prof.hardware.gpu), arch), non_torch_bytes=non_torch_gib * GIB
     )
     rows = None
+    failures: tuple[LogFailure, ...] = ()
     if from_log is not None:
         figures = parse_startup_log(from_log.read_text(encoding="utf-8", errors="replace"))
         if not figures.found_any:
@@ -74,10 +75,11 @@ def plan_command(
                 fix="pass the engine's full startup log",
             )
         rows = reconcile(plan, figures)
+        failures = figures.failures
     if as_json:
         document = plan_to_json(plan)
         if rows is not None:
-            document["from_log"] = reconcile_to_json(rows)
+            document["from_log"] = reconcile_to_json(rows, failures)
         if checkpoint is not None:
             document["checkpoint"] = {
                 "total_bytes": checkpoint.total_bytes,
@@ -85,6 +87,6 @@ def plan_command(
             }
         emit_json(document)
     else:
-        stdout_console().print(plan_view(plan, rows))
+        stdout_console().print(plan_view(plan, rows, failures))
     if not plan.fits:
         raise PlanError(misfit_message(plan))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 import yaml
+from rich.markup import escape
 from rich.table import Table
 
 from servekit.cli._output import (
@@ -11,8 +12,11 @@ from servekit.cli._output import (
     handles_errors,
     json_option,
     profiles_dir_option,
+    set_option,
     stdout_console,
 )
+from servekit.deploy import container_image
+from servekit.errors import ServekitError
 from servekit.profiles import available_profiles, load_profile
 
 
@@ -27,16 +31,21 @@ def profiles_group() -> None:
 @handles_errors
 def list_command(profiles_dirs: tuple[str, ...], as_json: bool) -> None:
     """List every profile with its model, GPUs and engine image."""
-    rows = []
+    rows: list[dict[str, str]] = []
     for ref in available_profiles(profiles_dirs).values():
-        p = load_profile(str(ref.path), extra_dirs=profiles_dirs)
+        try:
+            p = load_profile(str(ref.path), extra_dirs=profiles_dirs)
+        except ServekitError as exc:  # one broken user file must not hide the others
+            source = "built-in" if ref.builtin else str(ref.path)
+            rows.append({"name": ref.name, "source": source, "error": str(exc)})
+            continue
         rows.append(
             {
                 "name": p.name,
                 "source": "built-in" if ref.builtin else str(ref.path),
                 "model": p.model.path,
                 "gpus": f"{p.hardware.nodes * p.hardware.gpus_per_node}x {p.hardware.gpu}",
-                "image": p.engine.patched_image_tag or p.engine.image,
+                "image": container_image(p),
                 "description": p.description,
             }
         )
@@ -45,18 +54,24 @@ def list_command(profiles_dirs: tuple[str, ...], as_json: bool) -> None:
         return
     table = Table("name", "gpus", "image", "description")
     for row in rows:
-        table.add_row(row["name"], row["gpus"], row["image"], row["description"])
+        if "error" in row:
+            table.add_row(row["name"], "-", "-", f"[red]invalid: {escape(row['error'])}[/red]")
+        else:
+            table.add_row(row["name"], row["gpus"], row["image"], escape(row["description"]))
     stdout_console().print(table)
 
 
 @profiles_group.command("show")
 @click.argument("name")
+@set_option
 @profiles_dir_option
 @json_option
 @handles_errors
-def show_command(name: str, profiles_dirs: tuple[str, ...], as_json: bool) -> None:
-    """Print a profile with `extends:` merged, as YAML (or JSON)."""
-    profile = load_profile(name, extra_dirs=profiles_dirs)
+def show_command(
+    name: str, overrides: tuple[str, ...], profiles_dirs: tuple[str, ...], as_json: bool
+) -> None:
+    """Print a profile with `extends:` merged and overrides applied, as YAML (or JSON)."""
+    profile = load_profile(name, extra_dirs=profiles_dirs, overrides=overrides)
     document = profile.model_dump(mode="json", by_alias=True, exclude_none=True)
     if as_json:
         emit_json(document)

@@ -14,6 +14,7 @@ from servekit.cli._output import (
     set_option,
 )
 from servekit.deploy import TARGETS, render, vllm_serve_command
+from servekit.errors import ConfigError
 from servekit.profiles import load_profile
 
 
@@ -48,9 +49,14 @@ def render_command(
     prof = load_profile(profile, extra_dirs=profiles_dirs, overrides=overrides)
     text = render(prof, target)
     if output is not None:
-        output.write_text(text, encoding="utf-8")
-        if target == "script":
-            output.chmod(0o755)
+        try:
+            output.write_text(text, encoding="utf-8")
+            if target == "script":
+                output.chmod(0o755)
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot write {output}: {exc.strerror}", fix="choose a writable -o path"
+            ) from None
     if as_json:
         emit_json(
             {

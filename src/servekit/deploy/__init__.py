@@ -4,7 +4,8 @@
 `vllm_serve_command` give the engine's argument list for code that launches it.
 """
 
+from servekit.deploy._container import image as container_image
 from servekit.deploy.argv import vllm_serve_args, vllm_serve_command
 from servekit.deploy.render import TARGETS, render
 
-__all__ = ["TARGETS", "render", "vllm_serve_args", "vllm_serve_command"]
+__all__ = ["TARGETS", "container_image", "render", "vllm_serve_args", "vllm_serve_command"]

@@ -17,7 +17,6 @@ from servekit.profiles.schema import Profile, ServeArgs
 FlagGroup = tuple[str, ...]
 """One flag and its value (`("--block-size", "128")`) or a bare flag (`("--enforce-eager",)`)."""
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _FLAG_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 
 # Flags servekit writes itself: an extra_args entry with one of these names would either
@@ -72,23 +71,23 @@ def vllm_serve_args(profile: Profile) -> list[str]:
     return [word for group in vllm_serve_flags(profile) for word in group]
 
 
+def host_flags(profile: Profile) -> list[FlagGroup]:
+    """Return `--host` and `--port` for an engine that listens directly on the host."""
+    return [("--host", profile.deploy.bind_host), ("--port", str(profile.deploy.port))]
+
+
 def vllm_serve_command(profile: Profile) -> list[str]:
-    """Return the whole engine command: `["vllm", "serve", <model path>, *flags]`."""
-    return ["vllm", "serve", profile.model.path, *vllm_serve_args(profile)]
+    """Return the engine command for a host process, bound to `deploy.bind_host`.
+
+    `["vllm", "serve", <model path>, "--host", <bind_host>, "--port", <port>, *flags]`:
+    without `--host` vLLM listens on every interface.
+    """
+    hosts = [word for group in host_flags(profile) for word in group]
+    return ["vllm", "serve", profile.model.path, *hosts, *vllm_serve_args(profile)]
 
 
 def environment(profile: Profile) -> dict[str, str]:
-    """Return the engine's environment variables, checked to be usable names.
-
-    Raises:
-        ConfigError: a name is not a valid environment variable name.
-    """
-    for name in profile.env:
-        if not _ENV_NAME.match(name):
-            raise ConfigError(
-                f"profile {profile.name}: env name {name!r} is not a valid variable name",
-                fix="use letters, digits and underscores, not starting with a digit",
-            )
+    """Return the engine's environment variables (names are checked by the schema)."""
     return dict(profile.env)
 
 

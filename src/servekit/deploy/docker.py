@@ -34,7 +34,7 @@ def docker_run_options(profile: Profile) -> list[FlagGroup]:
     shm = profile.deploy.shm_size
     groups: list[FlagGroup] = [
         ("--name", resource_name(profile)),
-        ("--gpus", "all"),
+        ("--gpus", str(gpu_count(profile))),
         ("--ipc=host",) if shm is None else ("--shm-size", shm),
         ("-p", published_port(profile)),
     ]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from servekit.deploy._container import gpu_count
 from servekit.deploy.compose import render_compose
 from servekit.deploy.docker import render_docker_run
 from servekit.deploy.k8s import render_k8s
@@ -48,4 +49,5 @@ def render(profile: Profile, target: str) -> str:
         raise UsageError(
             f"unknown render target {target!r}", fix=f"use one of: {', '.join(TARGETS)}"
         )
+    gpu_count(profile)  # every target launches one node's engine; refuse multi-node alike
     return renderer(profile)

@@ -9,13 +9,8 @@ from __future__ import annotations
 
 from servekit.deploy import shell
 from servekit.deploy._container import header_lines
-from servekit.deploy.argv import FlagGroup, environment, vllm_serve_flags
+from servekit.deploy.argv import environment, host_flags, vllm_serve_flags
 from servekit.profiles.schema import Profile
-
-
-def host_flags(profile: Profile) -> list[FlagGroup]:
-    """Return `--host` and `--port` for an engine that listens directly on the host."""
-    return [("--host", profile.deploy.bind_host), ("--port", str(profile.deploy.port))]
 
 
 def render_command(profile: Profile) -> str:

@@ -65,6 +65,30 @@ def forward_live_bytes(inputs: PlanInputs, num_tokens: int) -> float:
     return 2 * t * h * a + max(attention, mlp)
 
 
+def mm_encoder_live_bytes(inputs: PlanInputs) -> float:
+    """Live set of the vision encoder on a dummy item that fills max_model_len tokens.
+
+    The pixel input stays live throughout. On top of it, the larger of one ViT layer
+    (residual, normed input and MLP-down output at full width; MLP-up and activation
+    outputs split by the encoder's TP) and the per-patch projector (its input, the
+    split up-projection and activation, and the full-width all-reduced output).
+    """
+    m = inputs.model
+    v = m.vision
+    if v is None:
+        return 0.0
+    a = dtype_bytes(m.dtype)
+    patches = inputs.max_model_len * v.patches_per_token
+    share = inputs.tensor_parallel_size if inputs.mm_encoder_tp else 1
+    w = v.hidden_size
+    layer = 3 * w + 2 * v.intermediate_size / share
+    projector = 0.0
+    if v.projector_width:
+        p = v.projector_width
+        projector = w + 2 * p / share + p
+    return patches * (v.values_per_patch + max(layer, projector)) * a
+
+
 def activation_peak(inputs: PlanInputs) -> ActivationPeak:
     """Return the live sets vLLM's profiling run measures, per GPU."""
     m = inputs.model
@@ -79,10 +103,5 @@ def activation_peak(inputs: PlanInputs) -> ActivationPeak:
 
     encoder = 0.0
     if inputs.mm_profiling and m.vision is not None:
-        v = m.vision
-        patches = inputs.max_model_len * v.patches_per_token
-        share = inputs.tensor_parallel_size if inputs.mm_encoder_tp else 1
-        # residual, normed input and MLP-down output at full width; MLP-up and
-        # activation outputs split by the encoder's tensor parallelism.
-        encoder = patches * (3 * v.hidden_size + 2 * v.intermediate_size / share) * a
+        encoder = mm_encoder_live_bytes(inputs)
     return ActivationPeak(forward_bytes=forward, sampler_bytes=sampler, mm_encoder_bytes=encoder)

@@ -151,7 +151,7 @@ def read_checkpoint(model_dir: str | Path) -> CheckpointInfo:
     if not root.is_dir():
         raise ModelDirError(
             f"model directory {root} does not exist",
-            fix="point model.host_path at a downloaded checkpoint",
+            fix="pass --model-dir a downloaded checkpoint directory",
         )
     config = _read_json_object(root / CONFIG_FILE, what="model config")
     tensors: list[_Tensor] = []
@@ -192,7 +192,7 @@ def _read_json_object(path: Path, *, what: str) -> dict[str, Any]:
     if not path.is_file():
         raise ModelDirError(
             f"{what} {path.name} is missing from {path.parent}",
-            fix="download the complete checkpoint or point model.host_path at one",
+            fix="download the complete checkpoint or pass --model-dir a complete one",
         )
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -234,7 +234,7 @@ def _shard_paths(root: Path) -> list[Path]:
         raise ModelDirError(
             f"{root} is missing {len(missing)} of {len(names)} shard(s) listed in "
             f"{INDEX_FILE}: {shown}",
-            fix="download the missing shard(s) or point model.host_path at a complete checkpoint",
+            fix="download the missing shard(s) or pass --model-dir a complete checkpoint",
         )
     return [root / n for n in names]
 
@@ -358,7 +358,7 @@ def architecture_from_config(config: Mapping[str, Any]) -> ArchitectureFacts:
         facts["mla"] = {**mla, "q_lora_rank": cfg.optional_int("q_lora_rank")}
         facts["head_dim"] = mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"]
     else:
-        facts["head_dim"] = cfg.optional_int("head_dim") or hidden // heads
+        facts["head_dim"] = cfg.optional_int("head_dim") or (hidden // heads if heads > 0 else 0)
     num_experts = cfg.optional_int("n_routed_experts", "num_local_experts", "num_experts")
     if num_experts:
         expert_size = cfg.require_int("moe_intermediate_size", "intermediate_size")
@@ -377,8 +377,12 @@ def architecture_from_config(config: Mapping[str, Any]) -> ArchitectureFacts:
     try:
         return ArchitectureFacts.model_validate(facts)
     except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(p) for p in first["loc"])
+        more = len(exc.errors()) - 1
         raise ModelDirError(
-            f"model config gives invalid architecture facts: {exc}",
+            f"model config gives an invalid {key}: {first['msg']} (got {first.get('input')!r})"
+            + (f" (+{more} more)" if more else ""),
             fix="correct config.json or state model.architecture in the profile",
         ) from None
 

@@ -69,12 +69,12 @@ def make_plan(
     A plan that does not fit has fits=False and, when some shorter context fits,
     largest_fitting_max_model_len set.
     """
-    capacity = inputs.gpu.cuda_visible_mib * MIB
-    requested = math.ceil(capacity * inputs.gpu_memory_utilization)
+    capacity, requested = _requested_bytes(inputs)
     weights = weights_per_gpu(inputs)
     acts = activation_peak(inputs)
     graphs = graph_plan(inputs)
-    kv_on, kv_off = _kv_budget(inputs, non_torch_bytes)
+    non_kv = weights.total_bytes + acts.peak_bytes + non_torch_bytes
+    kv_on, kv_off = _kv_budget(inputs, requested, non_kv, graphs.total_bytes)
     kv = kv_on if inputs.estimate_cudagraphs else kv_off
     tokens = kv_capacity_tokens(kv, inputs)
     fits = tokens >= inputs.max_model_len
@@ -100,23 +100,30 @@ def make_plan(
     return dataclasses.replace(plan, warnings=tuple(plan_warnings(plan)))
 
 
-def _kv_budget(inputs: PlanInputs, non_torch_bytes: float) -> tuple[float, float]:
-    """KV bytes with the graph estimate (on, off) for the inputs."""
-    capacity = inputs.gpu.cuda_visible_mib * MIB
-    requested = math.ceil(capacity * inputs.gpu_memory_utilization)
+def _kv_budget(
+    inputs: PlanInputs,
+    requested: float,
+    non_kv_bytes: float,
+    graph_bytes: float,
+) -> tuple[float, float]:
+    """KV bytes with the graph estimate (on, off): what the request leaves after the rest."""
     if inputs.kv_cache_memory_bytes is not None:
         return float(inputs.kv_cache_memory_bytes), float(inputs.kv_cache_memory_bytes)
-    base = (
-        requested
-        - weights_per_gpu(inputs).total_bytes
-        - activation_peak(inputs).peak_bytes
-        - non_torch_bytes
-    )
-    return base - graph_plan(inputs).total_bytes, base
+    base = requested - non_kv_bytes
+    return base - graph_bytes, base
+
+
+def _requested_bytes(inputs: PlanInputs) -> tuple[float, float]:
+    capacity = inputs.gpu.cuda_visible_mib * MIB
+    return capacity, math.ceil(capacity * inputs.gpu_memory_utilization)
 
 
 def _kv_tokens(inputs: PlanInputs, non_torch_bytes: float) -> int:
-    on, off = _kv_budget(inputs, non_torch_bytes)
+    _, requested = _requested_bytes(inputs)
+    non_kv = (
+        weights_per_gpu(inputs).total_bytes + activation_peak(inputs).peak_bytes + non_torch_bytes
+    )
+    on, off = _kv_budget(inputs, requested, non_kv, graph_plan(inputs).total_bytes)
     return kv_capacity_tokens(on if inputs.estimate_cudagraphs else off, inputs)
 
 
@@ -190,11 +197,12 @@ def plan_warnings(plan: MemoryPlan) -> list[str]:
             f"~{to_gib(freed):.1f} GiB for KV cache"
         )
     if not plan.fits:
-        out.append(_misfit_message(plan))
+        out.append(misfit_message(plan))
     return out
 
 
-def _misfit_message(plan: MemoryPlan) -> str:
+def misfit_message(plan: MemoryPlan) -> str:
+    """The one-line error for a plan that does not fit, naming the largest context that does."""
     i = plan.inputs
     need = i.max_model_len * plan.kv_bytes_per_token
     have = max(plan.kv_cache_bytes, 0.0)
@@ -203,15 +211,15 @@ def _misfit_message(plan: MemoryPlan) -> str:
         if plan.largest_fitting_max_model_len
         else "use more GPUs or a smaller model"
     )
+    raise_what = (
+        "raise --kv-cache-memory-bytes"
+        if i.kv_cache_memory_bytes is not None
+        else "raise --gpu-memory-utilization"
+    )
     return (
         f"max_model_len {i.max_model_len} needs {to_gib(need):.1f} GiB of KV cache per GPU but "
-        f"{to_gib(have):.1f} GiB is available; {fix} or raise --gpu-memory-utilization"
+        f"{to_gib(have):.1f} GiB is available; {fix} or {raise_what}"
     )
-
-
-def misfit_message(plan: MemoryPlan) -> str:
-    """The one-line error for a plan that does not fit, naming the largest context that does."""
-    return _misfit_message(plan)
 
 
 def plan_to_json(plan: MemoryPlan) -> dict[str, object]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from servekit.errors import ConfigError
-from servekit.profiles.schema import ArchitectureFacts, Profile
+from servekit.profiles.schema import ArchitectureFacts, Profile, tensor_parallel_error
 from servekit.specs import (
     DraftSpec,
     GpuSpec,
@@ -118,11 +118,11 @@ def plan_inputs(
     if facts is None:
         raise ConfigError(
             f"profile {profile.name} has no model.architecture facts",
-            fix="add model.architecture to the profile or point model.host_path at a checkpoint",
+            fix="add model.architecture to the profile or pass plan --model-dir CHECKPOINT_DIR",
         )
     args = profile.serve_args
     model = model_spec(profile.name, facts, profile.model.quantization)
-    _check_parallelism(model, args.tensor_parallel_size)
+    tensor_parallel_error(facts, args.tensor_parallel_size, raise_as=ConfigError)
     block_size = args.block_size or DEFAULT_BLOCK_SIZE
     required = model.sparse.required_block_size if model.sparse else None
     if required is not None and block_size != required:
@@ -172,23 +172,3 @@ def plan_inputs(
         estimate_cudagraphs=estimate,
         engine_version=profile.engine.version,
     )
-
-
-def _check_parallelism(model: ModelSpec, tp: int) -> None:
-    if model.num_attention_heads % tp:
-        divisors = [
-            d
-            for d in range(1, model.num_attention_heads + 1)
-            if model.num_attention_heads % d == 0 and d <= 64
-        ]
-        raise ConfigError(
-            f"tensor_parallel_size {tp} does not divide the {model.num_attention_heads} "
-            "attention heads",
-            fix=f"use one of: {', '.join(map(str, divisors))}",
-        )
-    kv = model.num_kv_heads
-    if model.attention != "mla" and kv % tp and tp % kv:
-        raise ConfigError(
-            f"tensor_parallel_size {tp} neither divides nor is a multiple of the {kv} KV heads",
-            fix="choose a tensor_parallel_size that divides the KV heads or is a multiple of them",
-        )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from servekit.plan.fit import MemoryPlan
-from servekit.plan.startup_log import StartupFigures
+from servekit.plan.startup_log import LogFailure, StartupFigures
 from servekit.units import to_gib
 
 
@@ -50,15 +50,20 @@ def reconcile(plan: MemoryPlan, figures: StartupFigures) -> list[ReconcileRow]:
     ]
 
 
-def reconcile_to_json(rows: list[ReconcileRow]) -> list[dict[str, object]]:
-    """Rows as JSON objects with rounded figures."""
-    return [
-        {
-            "name": r.name,
-            "unit": r.unit,
-            "planned": round(r.planned, 3),
-            "actual": r.actual,
-            "delta_pct": None if r.delta_pct is None else round(r.delta_pct, 1),
-        }
-        for r in rows
-    ]
+def reconcile_to_json(
+    rows: list[ReconcileRow], failures: tuple[LogFailure, ...] = ()
+) -> dict[str, object]:
+    """The comparison as JSON: rounded figures and the log's failure signatures."""
+    return {
+        "figures": [
+            {
+                "name": r.name,
+                "unit": r.unit,
+                "planned": round(r.planned, 3),
+                "actual": r.actual,
+                "delta_pct": None if r.delta_pct is None else round(r.delta_pct, 1),
+            }
+            for r in rows
+        ],
+        "failures": [{"kind": f.kind, "line": f.line_no, "text": f.text} for f in failures],
+    }

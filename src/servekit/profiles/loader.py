@@ -40,6 +40,7 @@ class _Located:
 
     data: dict[str, Any]
     lines: dict[KeyPath, str] = field(default_factory=dict)
+    raw_overrides: dict[KeyPath, str] = field(default_factory=dict)
 
 
 def search_dirs(extra: Iterable[str | Path] = ()) -> list[Path]:
@@ -113,17 +114,29 @@ def _load_merged(path: Path, dirs: list[str | Path], chain: tuple[Path, ...]) ->
         raise ConfigError(f"{path}: extends forms a cycle ({cycle})", fix="remove one extends")
     own = _read_yaml(path)
     parent_name = own.data.pop("extends", None)
+    extends_at = own.lines.get(("extends",), str(path))
     own.lines = {k: v for k, v in own.lines.items() if k[:1] != ("extends",)}
-    own.data.setdefault("name", path.stem)
+    name = own.data.setdefault("name", path.stem)
+    if name != path.stem:
+        raise ConfigError(
+            f"{own.lines.get(('name',), str(path))}: name {name!r} differs from the file name "
+            f"{path.name!r}",
+            fix=f"rename the file to {name}.yaml or set name: {path.stem}",
+        )
     if parent_name is None:
         return own
     if not isinstance(parent_name, str):
-        raise ConfigError(f"{own.lines.get(('name',), str(path))}: extends must be a profile name")
-    parent_path = (
-        (path.parent / parent_name)
-        if parent_name.endswith((".yaml", ".yml"))
-        else _resolve(parent_name, [path.parent, *dirs])
-    )
+        raise ConfigError(f"{extends_at}: extends must be a profile name or a .yaml path")
+    try:
+        parent_path = (
+            (path.parent / parent_name)
+            if parent_name.endswith((".yaml", ".yml"))
+            else _resolve(parent_name, [path.parent, *dirs])
+        )
+        if not parent_path.is_file():
+            raise ProfileNotFound(f"profile file {str(parent_path)!r} does not exist")
+    except ProfileNotFound as exc:
+        raise ConfigError(f"{extends_at}: extends: {exc}") from None
     parent = _load_merged(parent_path, dirs, (*chain, resolved))
     return _Located(
         data=_deep_merge(parent.data, own.data),
@@ -146,6 +159,10 @@ def _read_yaml(path: Path) -> _Located:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read profile {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{path}: not UTF-8 text (byte {exc.start})", fix="save the profile as UTF-8"
+        ) from None
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
@@ -206,13 +223,31 @@ def _apply_override(located: _Located, override: str) -> None:
         target = child
     target[parts[-1]] = value
     located.lines[tuple(parts)] = f"--set {override}"
+    located.raw_overrides[tuple(parts)] = raw
 
 
 def _validate(located: _Located) -> Profile:
-    try:
-        return Profile.model_validate(located.data)
-    except ValidationError as exc:
-        raise ConfigError(_describe(exc, located)) from None
+    """Validate; an override parsed as a number/bool/date where text is expected stays text."""
+    while True:
+        try:
+            return Profile.model_validate(located.data)
+        except ValidationError as exc:
+            retried = False
+            for error in exc.errors():
+                path = tuple(error["loc"])
+                raw = located.raw_overrides.pop(path, None)
+                if raw is not None and error["type"] == "string_type":
+                    _set_path(located.data, path, raw)
+                    retried = True
+            if not retried:
+                raise ConfigError(_describe(exc, located)) from None
+
+
+def _set_path(data: dict[str, Any], path: KeyPath, value: object) -> None:
+    target: Any = data
+    for part in path[:-1]:
+        target = target[part]
+    target[path[-1]] = value
 
 
 def _describe(exc: ValidationError, located: _Located) -> str:
@@ -229,8 +264,10 @@ def _describe(exc: ValidationError, located: _Located) -> str:
     elif first["type"] == "missing":
         text = f"{where}: {dotted}: required key is missing; add it"
     else:
+        message = str(first["msg"]).removeprefix("Value error, ")
         value = first.get("input")
-        text = f"{where}: {dotted}: {first['msg']} (got {value!r})"
+        shown = "" if isinstance(value, dict | list) else f" (got {value!r})"
+        text = f"{where}: {dotted}: {message}{shown}" if dotted else f"{where}: {message}"
     more = len(errors) - 1
     return text + (f" (+{more} more problem{'s' * (more > 1)})" if more else "")
 

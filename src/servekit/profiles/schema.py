@@ -7,9 +7,10 @@ patches, and defaults for validation and load tests.
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
 
 
 class _Strict(BaseModel):
@@ -55,6 +56,12 @@ class VisionFacts(_Strict):
     hidden_size: int = Field(gt=0)
     intermediate_size: int = Field(gt=0)
     patches_per_token: int = Field(default=4, gt=0)
+    values_per_patch: int = Field(
+        default=0, ge=0, description="pixel values per patch: channels x temporal x patch^2"
+    )
+    projector_width: int | None = Field(
+        default=None, gt=0, description="width of a per-patch projector MLP, if the model has one"
+    )
 
 
 class ArchitectureFacts(_Strict):
@@ -76,12 +83,35 @@ class ArchitectureFacts(_Strict):
     vision: VisionFacts | None = None
 
 
+def tensor_parallel_error(
+    arch: ArchitectureFacts, tp: int, *, raise_as: type[Exception] = ValueError
+) -> None:
+    """Raise when a TP size cannot shard the model's attention heads.
+
+    Args:
+        arch: the model's architecture facts.
+        tp: tensor_parallel_size.
+        raise_as: exception class to raise (ValueError inside pydantic validation).
+    """
+    heads = arch.num_attention_heads
+    if heads % tp:
+        divisors = [d for d in range(1, heads + 1) if heads % d == 0 and d <= 64]
+        raise raise_as(
+            f"tensor_parallel_size {tp} does not divide the {heads} attention heads; "
+            f"use one of: {', '.join(map(str, divisors))}"
+        )
+    kv = arch.num_kv_heads
+    if arch.attention != "mla" and kv % tp and tp % kv:
+        raise raise_as(
+            f"tensor_parallel_size {tp} neither divides nor is a multiple of the {kv} KV heads; "
+            "choose a size that divides the KV heads or is a multiple of them"
+        )
+
+
 class ModelSection(_Strict):
     """Where the checkpoint is and what it is."""
 
     path: str = Field(min_length=1, description="checkpoint path as the engine sees it")
-    host_path: str | None = Field(default=None, description="checkpoint path on the host")
-    config_json: str | None = Field(default=None, description="a config.json to read facts from")
     quantization: str = "bf16"
     architecture: ArchitectureFacts | None = None
     sources: list[str] = Field(default_factory=list)
@@ -224,6 +254,9 @@ class BenchDefaults(_Strict):
     per_stream_target_tok_s: float | None = Field(default=None, gt=0)
 
 
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
 class Profile(_Strict):
     """A whole deployment profile, after `extends:` has been merged."""
 
@@ -241,3 +274,31 @@ class Profile(_Strict):
     validate_defaults: ValidateDefaults = Field(default_factory=ValidateDefaults, alias="validate")
     bench_defaults: BenchDefaults = Field(default_factory=BenchDefaults, alias="bench")
     sources: list[str] = Field(default_factory=list)
+
+    @field_validator("env")
+    @classmethod
+    def _env_names_are_variables(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            if not _ENV_NAME.match(name):
+                raise ValueError(
+                    f"env name {name!r} is not a valid variable name; use letters, digits "
+                    "and underscores, not starting with a digit"
+                )
+        return value
+
+    @model_validator(mode="after")
+    def _parallelism_uses_the_gpus(self) -> Profile:
+        args = self.serve_args
+        tp = args.tensor_parallel_size
+        if self.model.architecture is not None:
+            tensor_parallel_error(self.model.architecture, tp)
+        pp = args.pipeline_parallel_size or 1
+        dp = args.data_parallel_size or 1
+        gpus = self.hardware.nodes * self.hardware.gpus_per_node
+        if tp * pp * dp != gpus:
+            raise ValueError(
+                f"tensor_parallel_size {tp} x pipeline_parallel_size {pp} x data_parallel_size "
+                f"{dp} = {tp * pp * dp} GPUs, but hardware has {gpus} "
+                f"({self.hardware.nodes} node(s) x {self.hardware.gpus_per_node}); make them equal"
+            )
+        return self

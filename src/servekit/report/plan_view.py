@@ -8,10 +8,15 @@ from rich.text import Text
 
 from servekit.plan.fit import MemoryPlan
 from servekit.plan.reconcile import ReconcileRow
+from servekit.plan.startup_log import LogFailure
 from servekit.units import to_gib
 
 
-def plan_view(plan: MemoryPlan, rows: list[ReconcileRow] | None = None) -> RenderableType:
+def plan_view(
+    plan: MemoryPlan,
+    rows: list[ReconcileRow] | None = None,
+    failures: tuple[LogFailure, ...] = (),
+) -> RenderableType:
     """Return the budget table, KV derivation, capacity, warnings and optional log comparison."""
     i = plan.inputs
     title = (
@@ -57,6 +62,7 @@ def plan_view(plan: MemoryPlan, rows: list[ReconcileRow] | None = None) -> Rende
     parts += [Text(f"warning: {w}", style="yellow") for w in plan.warnings]
     if rows is not None:
         parts.append(_reconcile_table(rows))
+    parts += [Text(f"log line {f.line_no}: {f.kind}: {f.text}", style="bold red") for f in failures]
     return Group(*parts)
 
 
