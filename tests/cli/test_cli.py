@@ -189,3 +189,35 @@ def test_profiles_list_survives_a_broken_user_file(tmp_path: Path) -> None:
     rows = {p["name"]: p for p in json.loads(out)["profiles"]}
     assert "invalid YAML" in rows["broken"]["error"]
     assert "minimax-m3-mxfp8-8xa800" in rows
+
+
+def test_plan_reads_a_real_checkpoint(tmp_path: Path) -> None:
+    """--model-dir takes the facts from config.json and the exact bytes from the shards."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    config = {
+        "hidden_size": 256,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 8,
+        "vocab_size": 512,
+        "intermediate_size": 512,
+        "torch_dtype": "bfloat16",
+    }
+    (tmp_path / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    tensors = {
+        "model.embed_tokens.weight": np.zeros((512, 256), dtype=np.float16),
+        "model.layers.0.self_attn.q_proj.weight": np.zeros((256, 256), dtype=np.float16),
+        "model.layers.0.mlp.down_proj.weight": np.zeros((256, 512), dtype=np.float16),
+    }
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    code, out, err = run("plan", "llama-3.1-70b-4xh100", "--model-dir", str(tmp_path), "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["checkpoint"]["total_bytes"] == sum(t.nbytes for t in tensors.values())
+    assert doc["checkpoint"]["group_bytes"]["embeddings"] == 512 * 256 * 2
+    # 2 layers x 2 x (8 KV heads / TP4 = 2) x 32 head_dim x 2 B
+    assert doc["kv_bytes_per_token"] == 2 * 2 * 2 * 32 * 2
+    code, out, _ = run("plan", "llama-3.1-70b-4xh100", "--model-dir", str(tmp_path))
+    assert "checkpoint" in out

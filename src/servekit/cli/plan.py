@@ -87,6 +87,6 @@ def plan_command(
             }
         emit_json(document)
     else:
-        stdout_console().print(plan_view(plan, rows, failures))
+        stdout_console().print(plan_view(plan, rows, failures, checkpoint))
     if not plan.fits:
         raise PlanError(misfit_message(plan))

@@ -6,6 +6,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from servekit.plan.checkpoint import CheckpointInfo
 from servekit.plan.fit import MemoryPlan
 from servekit.plan.reconcile import ReconcileRow
 from servekit.plan.startup_log import LogFailure
@@ -16,6 +17,7 @@ def plan_view(
     plan: MemoryPlan,
     rows: list[ReconcileRow] | None = None,
     failures: tuple[LogFailure, ...] = (),
+    checkpoint: CheckpointInfo | None = None,
 ) -> RenderableType:
     """Return the budget table, KV derivation, capacity, warnings and optional log comparison."""
     i = plan.inputs
@@ -58,6 +60,18 @@ def plan_view(
         ),
         Text("fits" if plan.fits else "DOES NOT FIT", style="green" if plan.fits else "bold red"),
     ]
+    if checkpoint is not None:
+        groups = ", ".join(
+            f"{name} {to_gib(size):.2f}" for name, size in checkpoint.group_bytes.items()
+        )
+        lines.append(
+            Text(
+                f"checkpoint {checkpoint.model_dir}: {to_gib(checkpoint.total_bytes):.2f} GiB in "
+                f"{checkpoint.shard_count} shard(s) ({groups} GiB); /{i.tensor_parallel_size} = "
+                f"{to_gib(checkpoint.total_bytes) / i.tensor_parallel_size:.2f} GiB per GPU "
+                "before replication"
+            )
+        )
     parts: list[RenderableType] = [budget, kv, *lines]
     parts += [Text(f"warning: {w}", style="yellow") for w in plan.warnings]
     if rows is not None:
