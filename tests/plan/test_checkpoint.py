@@ -201,13 +201,14 @@ def test_directory_without_shards_raises(tmp_path: Path) -> None:
     ("content", "pattern"),
     [
         (b"\x01\x02", "too short"),
-        (b"this is not a safetensors file at all", "header but the file is"),
+        (b"this is not a safetensors file at all", "over the format's 100000000-byte limit"),
+        (b"\x40\x00\x00\x00\x00\x00\x00\x00{}", "header but the file is"),
         (struct.pack("<Q", 1000) + b'{"a": {"dtype": "F32"', "1000-byte header"),
         (framed(b"not json"), "not JSON"),
         (framed(b"[]"), "not a JSON object"),
         (framed(b'{"a": {"dtype": "F32"}}'), "needs dtype, shape"),
     ],
-    ids=["short", "garbage", "truncated-header", "bad-json", "json-array", "bad-entry"],
+    ids=["short", "garbage", "past-end", "truncated-header", "bad-json", "json-array", "bad-entry"],
 )
 def test_malformed_shard_raises_naming_file(tmp_path: Path, content: bytes, pattern: str) -> None:
     """A truncated or garbage shard raises ModelDirError naming the file and what is wrong."""
@@ -433,3 +434,15 @@ def test_zero_heads_is_one_line_error() -> None:
         architecture_from_config(config)
     assert "num_attention_heads" in str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_oversized_header_length_is_refused(tmp_path: Path) -> None:
+    """A header length over the format's 100 MB limit is refused before anything is read."""
+    (tmp_path / "config.json").write_text("{}", encoding="utf-8")
+    shard = tmp_path / "model.safetensors"
+    with shard.open("wb") as f:  # a sparse file larger than the declared header
+        f.write(struct.pack("<Q", 200_000_000))
+        f.seek(300_000_000)
+        f.write(b"\0")
+    with pytest.raises(ModelDirError, match="over the format's 100000000-byte limit"):
+        read_checkpoint(tmp_path)

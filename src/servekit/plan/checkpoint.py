@@ -30,6 +30,8 @@ CONFIG_FILE = "config.json"
 INDEX_FILE = "model.safetensors.index.json"
 GROUPS = ("embeddings", "attention", "dense_mlp", "experts", "other")
 HEADER_LENGTH_BYTES = 8  # the u64 that opens every safetensors file
+# The safetensors format caps the JSON header at 100 MB; a larger length is corrupt.
+MAX_HEADER_BYTES = 100_000_000
 
 # Bits per element in safetensors' own dtype spelling (the file format's table, which
 # names types servekit.units never needs, such as packed F4 and F6).
@@ -251,6 +253,12 @@ def _read_header(path: Path) -> list[_Tensor]:
                     f"{path} is {file_bytes} bytes, too short for a safetensors header", fix=fix
                 )
             (header_bytes,) = struct.unpack("<Q", prefix)
+            if header_bytes > MAX_HEADER_BYTES:
+                raise ModelDirError(
+                    f"{path} declares a {header_bytes}-byte header, over the format's "
+                    f"{MAX_HEADER_BYTES}-byte limit",
+                    fix=fix,
+                )
             if header_bytes > file_bytes - HEADER_LENGTH_BYTES:
                 raise ModelDirError(
                     f"{path} declares a {header_bytes}-byte header but the file is "
