@@ -8,6 +8,7 @@ from servekit import __version__
 from servekit.cli.plan import plan_command
 from servekit.cli.profiles import profiles_group
 from servekit.cli.render import render_command
+from servekit.cli.sim import sim_group
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -19,6 +20,7 @@ def cli() -> None:
 cli.add_command(profiles_group)
 cli.add_command(plan_command)
 cli.add_command(render_command)
+cli.add_command(sim_group)
 
 
 def main() -> None:

@@ -222,6 +222,31 @@ class Speculative(_Strict):
     draft: DraftFacts | None = None
 
 
+class SimStepFacts(_Strict):
+    """Calibrated step-time coefficients (see docs/simulator.md)."""
+
+    base_ms: float = Field(ge=0)
+    hbm_efficiency: float = Field(gt=0, le=1)
+    compute_efficiency: float = Field(gt=0, le=1)
+    decode_request_ms: float = Field(default=0.0, ge=0)
+    verify_request_ms: float = Field(default=0.0, ge=0)
+    prefill_request_ms: float = Field(default=0.0, ge=0)
+    draft_pass_ms: float = Field(default=0.0, ge=0)
+    draft_request_ms: float = Field(default=0.0, ge=0)
+
+
+class SimulatorSection(_Strict):
+    """The built-in simulator's parameters for this deployment."""
+
+    step: SimStepFacts
+    acceptance: dict[float, list[float]] = Field(
+        default_factory=dict,
+        description="temperature -> conditional acceptance probability per draft position",
+    )
+    input_len: int | None = Field(default=None, gt=0, description="input length calibrated at")
+    sources: list[str] = Field(default_factory=list)
+
+
 class DeploySection(_Strict):
     """How the rendered artifacts expose and mount things."""
 
@@ -273,6 +298,7 @@ class Profile(_Strict):
     deploy: DeploySection = Field(default_factory=DeploySection)
     validate_defaults: ValidateDefaults = Field(default_factory=ValidateDefaults, alias="validate")
     bench_defaults: BenchDefaults = Field(default_factory=BenchDefaults, alias="bench")
+    simulator: SimulatorSection | None = None
     sources: list[str] = Field(default_factory=list)
 
     @field_validator("env")

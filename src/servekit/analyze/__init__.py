@@ -1,0 +1,1 @@
+"""Analysis (core): per-point metrics, percentiles, comparisons."""

@@ -1,0 +1,1 @@
+"""Load testing: the record store now; the runner and metrics scraper later."""

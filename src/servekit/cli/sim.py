@@ -1,0 +1,118 @@
+"""`servekit sim run` (shell): simulate a sweep offline and write records and a summary."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import click
+
+from servekit import __version__
+from servekit.bench.store import RecordWriter, write_summary
+from servekit.cli._output import (
+    emit_json,
+    handles_errors,
+    json_option,
+    profiles_dir_option,
+    set_option,
+    stdout_console,
+)
+from servekit.cli.sim_serve import serve_command
+from servekit.errors import UsageError
+from servekit.profiles import load_profile
+from servekit.report.tables import points_table
+from servekit.sim.build import build_engine
+from servekit.sim.offline import LoadPoint
+from servekit.sim.sweep import simulate_sweep, sweep_summary
+
+
+def _numbers(text: str | None, kind: type[int] | type[float], flag: str) -> list[float]:
+    if text is None:
+        return []
+    try:
+        values = [kind(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise UsageError(f"{flag} {text!r} is not a comma-separated list of numbers") from None
+    if not values or any(v <= 0 for v in values):
+        raise UsageError(f"{flag} {text!r} needs positive numbers, e.g. {flag} 1,4,16")
+    return values
+
+
+@click.group("sim")
+def sim_group() -> None:
+    """The built-in vLLM engine simulator."""
+
+
+@sim_group.command("run")
+@click.option("--profile", "profile_name", required=True, help="Profile to simulate.")
+@click.option("--concurrency", help="Closed-loop concurrency levels, e.g. 1,4,16,128.")
+@click.option("--rate", help="Open-loop Poisson arrival rates in requests/s, e.g. 0.5,1,2.")
+@click.option("--requests-per-point", type=click.IntRange(min=1), default=256, show_default=True)
+@click.option("--input-len", type=click.IntRange(min=1), help="Prompt tokens [profile's].")
+@click.option("--output-len", type=click.IntRange(min=1), help="Output tokens [profile's].")
+@click.option("--temperature", type=click.FloatRange(min=0), default=0.7, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Run directory.")
+@set_option
+@profiles_dir_option
+@json_option
+@handles_errors
+def run_command(
+    profile_name: str,
+    concurrency: str | None,
+    rate: str | None,
+    requests_per_point: int,
+    input_len: int | None,
+    output_len: int | None,
+    temperature: float,
+    seed: int,
+    out: Path | None,
+    overrides: tuple[str, ...],
+    profiles_dirs: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Simulate load points offline, far faster than real time."""
+    if (concurrency is None) == (rate is None):
+        raise UsageError("give exactly one of --concurrency or --rate")
+    profile = load_profile(profile_name, extra_dirs=profiles_dirs, overrides=overrides)
+    sim_input = profile.simulator.input_len if profile.simulator else None
+    ilen = input_len or sim_input or profile.bench_defaults.input_len
+    olen = output_len or profile.bench_defaults.output_len
+    points = [
+        LoadPoint(f"c={int(c)}", requests_per_point, ilen, olen, temperature, concurrency=int(c))
+        for c in _numbers(concurrency, int, "--concurrency")
+    ] + [
+        LoadPoint(f"rate={r:g}", requests_per_point, ilen, olen, temperature, rate_rps=r)
+        for r in _numbers(rate, float, "--rate")
+    ]
+    started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    results = simulate_sweep(lambda s: build_engine(profile, seed=s), points, seed=seed)
+    summary = sweep_summary(
+        results,
+        profile_name=profile.name,
+        model=profile.serve_args.served_model_name,
+        version=__version__,
+        started_at=started,
+        workload={
+            "input_len": ilen,
+            "output_len": olen,
+            "temperature": temperature,
+            "requests_per_point": requests_per_point,
+            "seed": seed,
+        },
+    )
+    if out is not None:
+        with RecordWriter(out) as writer:
+            for result in results:
+                for record in result.run.records:
+                    writer.write(record)
+        write_summary(out, summary)
+    if as_json:
+        emit_json(summary)
+    else:
+        points_docs = summary["points"]
+        assert isinstance(points_docs, list)
+        stdout_console().print(points_table(points_docs, title=f"simulated {profile.name}"))
+
+
+sim_group.add_command(serve_command)

@@ -1,0 +1,73 @@
+"""`servekit sim serve` (shell): run the simulator as a live OpenAI-compatible server."""
+
+from __future__ import annotations
+
+import click
+
+from servekit.cli._output import handles_errors, profiles_dir_option, set_option
+from servekit.profiles import load_profile
+from servekit.sim.faults import ACCEPTED_FORMS, parse_faults
+from servekit.sim.server import serve
+
+
+def _stderr(line: str) -> None:
+    click.echo(line, err=True)
+
+
+@click.command("serve")
+@click.option("--profile", "profile_name", required=True, help="Profile to simulate.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8000,
+    show_default=True,
+    help="TCP port; 0 picks a free one.",
+)
+@click.option(
+    "--time-scale",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="Wall seconds per simulated second (0.1 runs ten times faster).",
+)
+@click.option(
+    "--seed", type=int, default=0, show_default=True, help="Seeds acceptance, sampling, faults."
+)
+@click.option(
+    "--fault",
+    "fault_values",
+    multiple=True,
+    metavar="FAULT",
+    help=f"Inject a fault (repeatable): {', '.join(ACCEPTED_FORMS)}.",
+)
+@set_option
+@profiles_dir_option
+@handles_errors
+def serve_command(
+    profile_name: str,
+    host: str,
+    port: int,
+    time_scale: float,
+    seed: int,
+    fault_values: tuple[str, ...],
+    overrides: tuple[str, ...],
+    profiles_dirs: tuple[str, ...],
+) -> None:
+    """Serve a simulated vLLM deployment on HTTP until Ctrl-C or SIGTERM.
+
+    Answers with max_tokens have exactly that many tokens (as with ignore_eos); a complete
+    tool call ends early; without max_tokens an answer is 256 tokens and ends with "stop".
+    """
+    faults = parse_faults(fault_values)
+    profile = load_profile(profile_name, extra_dirs=profiles_dirs, overrides=overrides)
+    serve(
+        profile,
+        host,
+        port,
+        seed=seed,
+        time_scale=time_scale,
+        faults=faults,
+        announce=_stderr,
+        log=_stderr,
+    )

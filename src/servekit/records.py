@@ -1,0 +1,105 @@
+"""Per-request records (core values + JSONL edge): what every load test and simulation writes.
+
+One `RequestRecord` per request, one JSON line each, appended and flushed as the request
+ends so a killed run loses nothing (DESIGN.md section 4). Times are integer nanoseconds on
+one monotonic clock; a simulated run uses its virtual clock.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from servekit.errors import ServekitError
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """One request's timeline and outcome.
+
+    Attributes:
+        id: request id, unique within a run.
+        point: label of the load point (e.g. "c=4").
+        scheduled_ns: intended send time (open loop) or slot time (closed loop).
+        sent_ns: when the request was handed to the connection (t0).
+        first_token_ns: first chunk carrying any generated token, or None.
+        first_answer_ns: first content or tool-call token (after reasoning), or None.
+        end_ns: when the response ended (or failed).
+        chunk_ns: arrival time of every chunk that carried tokens.
+        chunk_tokens: tokens carried by each of those chunks.
+        prompt_tokens: prompt length (server usage when available).
+        output_tokens: generated tokens (server usage when available).
+        reasoning_tokens: generated tokens that were reasoning.
+        finish_reason: the server's finish reason, or None.
+        error_kind: failure class, or None for success.
+        error: failure message, or None.
+        text: optional generated text.
+    """
+
+    id: str
+    point: str
+    scheduled_ns: int
+    sent_ns: int
+    first_token_ns: int | None
+    first_answer_ns: int | None
+    end_ns: int
+    chunk_ns: tuple[int, ...] = field(default=())
+    chunk_tokens: tuple[int, ...] = field(default=())
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    finish_reason: str | None = None
+    error_kind: str | None = None
+    error: str | None = None
+    text: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when the request succeeded."""
+        return self.error_kind is None
+
+    def to_json_line(self) -> str:
+        """Return the record as one JSON line (no trailing newline)."""
+        return json.dumps(asdict(self), separators=(",", ":"), ensure_ascii=False)
+
+
+class _RecordModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=False)
+
+    id: str
+    point: str
+    scheduled_ns: int
+    sent_ns: int
+    first_token_ns: int | None
+    first_answer_ns: int | None
+    end_ns: int
+    chunk_ns: tuple[int, ...] = ()
+    chunk_tokens: tuple[int, ...] = ()
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    finish_reason: str | None = None
+    error_kind: str | None = None
+    error: str | None = None
+    text: str | None = None
+
+
+class RecordFormatError(ServekitError):
+    """A records.jsonl line is not a valid RequestRecord."""
+
+
+def record_from_json(line: str, *, where: str = "record") -> RequestRecord:
+    """Parse and validate one JSON line into a RequestRecord.
+
+    Raises:
+        RecordFormatError: the line is not JSON or not a valid record.
+    """
+    try:
+        data: Any = json.loads(line)
+        model = _RecordModel.model_validate(data)
+    except (json.JSONDecodeError, ValidationError) as exc:
+        raise RecordFormatError(f"{where}: not a valid request record ({exc})") from None
+    return RequestRecord(**model.model_dump())

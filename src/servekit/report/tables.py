@@ -1,0 +1,39 @@
+"""Terminal tables of run summaries (core: builds rich renderables, prints nothing)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rich.table import Table
+
+
+def _fmt(value: Any, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def points_table(points: Sequence[Mapping[str, Any]], *, title: str) -> Table:
+    """The deployment's table (concurrency, output tok/s, mean latency) plus timing columns."""
+    table = Table(
+        "load",
+        "output tok/s",
+        "mean latency s",
+        "TTFT ms (mean)",
+        "TPOT ms (mean)",
+        "per-stream tok/s",
+        "failed",
+        title=title,
+        title_justify="left",
+    )
+    for p in points:
+        load = f"c={p['concurrency']}" if p.get("concurrency") else f"{p.get('rate_rps')} req/s"
+        table.add_row(
+            load,
+            _fmt(p["output_throughput_tok_s"], ".1f"),
+            _fmt(p["latency_s"]["mean"], ".2f"),
+            _fmt(p["ttft_ms"]["mean"], ".0f"),
+            _fmt(p["tpot_ms"]["mean"], ".1f"),
+            _fmt(p["per_stream_tok_s"]["mean"], ".1f"),
+            str(p["failed"]),
+        )
+    return table

@@ -1,0 +1,328 @@
+"""OpenAI/vLLM wire format of the live simulator (core): request models and response bodies.
+
+Requests are validated with pydantic at the edge. Unknown request fields are ignored, as
+vLLM does, because clients send OpenAI options the simulator has no use for (top_p,
+presence_penalty, logprobs, ...). Responses are plain dicts shaped like vLLM's.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
+
+from servekit.sim.textgen import Message, Segment, ToolSpec
+
+
+class _Lenient(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class ContentPart(_Lenient):
+    """One part of a multi-part message content."""
+
+    type: str
+    text: str | None = None
+
+
+class ChatMessageIn(_Lenient):
+    """A chat message as the client sends it."""
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[ContentPart] | None = None
+    tool_calls: list[dict[str, JsonValue]] | None = None
+    tool_call_id: str | None = None
+
+    def to_message(self) -> Message:
+        """The message as the prompt renders it."""
+        if isinstance(self.content, list):
+            text = "".join(
+                p.text or "" if p.type == "text" else f"<{p.type}>" for p in self.content
+            )
+        else:
+            text = self.content or ""
+        calls = json.dumps(self.tool_calls, sort_keys=True) if self.tool_calls else ""
+        return Message(self.role, text, calls)
+
+
+class FunctionIn(_Lenient):
+    """A function definition offered as a tool."""
+
+    name: str = Field(min_length=1)
+    description: str = ""
+    parameters: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+class ToolIn(_Lenient):
+    """A tool offered to the model."""
+
+    type: Literal["function"] = "function"
+    function: FunctionIn
+
+    def to_spec(self) -> ToolSpec:
+        """The tool as the answer planner sees it."""
+        f = self.function
+        return ToolSpec(f.name, f.parameters, f.description)
+
+
+class NamedFunction(_Lenient):
+    """The function a named tool_choice forces."""
+
+    name: str
+
+
+class NamedToolChoice(_Lenient):
+    """`tool_choice: {"type": "function", "function": {"name": ...}}`."""
+
+    type: Literal["function"] = "function"
+    function: NamedFunction
+
+
+class StreamOptions(_Lenient):
+    """`stream_options` (vLLM adds continuous_usage_stats)."""
+
+    include_usage: bool = False
+    continuous_usage_stats: bool = False
+
+
+class _Sampling(_Lenient):
+    model: str | None = None
+    max_tokens: int | None = Field(default=None, ge=1)
+    min_tokens: int = Field(default=0, ge=0)
+    ignore_eos: bool = False
+    temperature: float = Field(default=1.0, ge=0)
+    seed: int | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    n: int = 1
+
+    @field_validator("n")
+    @classmethod
+    def _one_choice(cls, value: int) -> int:
+        if value != 1:
+            raise ValueError(f"the simulator answers with one choice; n must be 1, not {value}")
+        return value
+
+
+class ChatRequest(_Sampling):
+    """A `POST /v1/chat/completions` body."""
+
+    messages: list[ChatMessageIn] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    tools: list[ToolIn] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    chat_template_kwargs: dict[str, JsonValue] | None = None
+
+    @property
+    def output_limit(self) -> int | None:
+        """max_tokens, or the newer max_completion_tokens."""
+        return self.max_tokens if self.max_tokens is not None else self.max_completion_tokens
+
+    @property
+    def tool_choice_name(self) -> str | None:
+        """tool_choice as one string: none/auto/required or the forced function's name."""
+        if isinstance(self.tool_choice, NamedToolChoice):
+            return self.tool_choice.function.name
+        return self.tool_choice
+
+
+class CompletionRequest(_Sampling):
+    """A `POST /v1/completions` body (one prompt: text, or token ids)."""
+
+    prompt: str | list[int] | list[str]
+    max_tokens: int | None = Field(default=16, ge=1)  # vLLM's default for completions
+
+    @field_validator("prompt")
+    @classmethod
+    def _one_prompt(cls, value: str | list[int] | list[str]) -> str | list[int] | list[str]:
+        if isinstance(value, list) and not value:
+            raise ValueError("the prompt is empty")
+        if isinstance(value, list) and isinstance(value[0], str) and len(value) > 1:
+            raise ValueError("the simulator serves one prompt per request; send them one by one")
+        return value
+
+
+class TokenizeRequest(_Lenient):
+    """A `POST /tokenize` body: a prompt or chat messages."""
+
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[ChatMessageIn] | None = None
+    tools: list[ToolIn] | None = None
+
+
+class DetokenizeRequest(_Lenient):
+    """A `POST /detokenize` body."""
+
+    model: str | None = None
+    tokens: list[int]
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One line naming each invalid field (at most three) and what is wrong with it."""
+    parts = []
+    for error in exc.errors()[:3]:
+        where = ".".join(str(p) for p in error["loc"]) or "body"
+        message = str(error["msg"]).removeprefix("Value error, ")
+        parts.append(f"{where}: {message}")
+    more = len(exc.errors()) - 3
+    return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
+
+
+def error_body(
+    message: str, *, kind: str = "BadRequestError", code: int = 400, param: str | None = None
+) -> dict[str, JsonValue]:
+    """vLLM's error response body."""
+    return {"object": "error", "message": message, "type": kind, "param": param, "code": code}
+
+
+def context_length_message(max_model_len: int, prompt_tokens: int, max_tokens: int | None) -> str:
+    """vLLM's message for a request that does not fit in the context."""
+    if max_tokens is None:
+        return (
+            f"This model's maximum context length is {max_model_len} tokens. However, your "
+            f"request has {prompt_tokens} input tokens. Please reduce the length of the input "
+            "messages."
+        )
+    return (
+        f"This model's maximum context length is {max_model_len} tokens. However, you requested "
+        f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, {max_tokens} in "
+        "the completion). Please reduce the length of the messages or completion."
+    )
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, JsonValue]:
+    """A usage object."""
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+
+
+def chat_delta(segment: Segment, *, call_id: str, tool_name: str | None) -> dict[str, JsonValue]:
+    """The `delta` of a chat chunk carrying one segment of the answer."""
+    if segment.kind == "reasoning":
+        return {"reasoning": segment.text}
+    if segment.kind == "content":
+        return {"content": segment.text}
+    call: dict[str, JsonValue] = {"index": 0, "function": {"arguments": segment.text}}
+    if segment.first:
+        call = {
+            "index": 0,
+            "id": call_id,
+            "type": "function",
+            "function": {"name": tool_name, "arguments": segment.text},
+        }
+    return {"tool_calls": [call]}
+
+
+def chat_chunk(
+    rid: str,
+    created: int,
+    model: str,
+    delta: dict[str, JsonValue] | None,
+    *,
+    finish_reason: str | None = None,
+    usage_doc: dict[str, JsonValue] | None = None,
+) -> dict[str, JsonValue]:
+    """A `chat.completion.chunk`; delta None makes the usage-only chunk (empty choices)."""
+    chunk: dict[str, JsonValue] = {
+        "id": rid,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": model,
+        "choices": []
+        if delta is None
+        else [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+    }
+    if usage_doc is not None:
+        chunk["usage"] = usage_doc
+    return chunk
+
+
+def completion_chunk(
+    rid: str,
+    created: int,
+    model: str,
+    text: str | None,
+    *,
+    finish_reason: str | None = None,
+    usage_doc: dict[str, JsonValue] | None = None,
+) -> dict[str, JsonValue]:
+    """A streamed `text_completion`; text None makes the usage-only chunk (empty choices)."""
+    chunk: dict[str, JsonValue] = {
+        "id": rid,
+        "object": "text_completion",
+        "created": created,
+        "model": model,
+        "choices": []
+        if text is None
+        else [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}],
+    }
+    if usage_doc is not None:
+        chunk["usage"] = usage_doc
+    return chunk
+
+
+def chat_completion(
+    rid: str,
+    created: int,
+    model: str,
+    texts: dict[str, str],
+    *,
+    tool_name: str | None,
+    call_id: str,
+    finish_reason: str,
+    usage_doc: dict[str, JsonValue],
+) -> dict[str, JsonValue]:
+    """A non-streamed `chat.completion` from the answer's text per kind."""
+    calls: list[JsonValue] = []
+    if tool_name is not None:
+        calls.append(
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": tool_name, "arguments": texts.get("tool", "")},
+            }
+        )
+    message: dict[str, JsonValue] = {
+        "role": "assistant",
+        "content": texts.get("content") if tool_name is None else None,
+        "reasoning": texts.get("reasoning"),
+        "tool_calls": calls,
+    }
+    return {
+        "id": rid,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [
+            {"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}
+        ],
+        "usage": usage_doc,
+    }
+
+
+def text_completion(
+    rid: str, created: int, model: str, text: str, *, finish_reason: str, usage_doc: JsonValue
+) -> dict[str, JsonValue]:
+    """A non-streamed `text_completion`."""
+    return {
+        "id": rid,
+        "object": "text_completion",
+        "created": created,
+        "model": model,
+        "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}],
+        "usage": usage_doc,
+    }
+
+
+def sse(document: JsonValue) -> bytes:
+    """One server-sent event carrying a JSON document."""
+    text = json.dumps(document, ensure_ascii=False, separators=(",", ":"))
+    return f"data: {text}\n\n".encode()
+
+
+SSE_DONE = b"data: [DONE]\n\n"

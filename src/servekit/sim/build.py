@@ -1,0 +1,76 @@
+"""Build a simulated engine for a profile (core): plan -> SimModel + parameters -> Engine."""
+
+from __future__ import annotations
+
+import random
+
+from servekit.hardware import lookup_gpu
+from servekit.plan import make_plan, plan_inputs
+from servekit.profiles.schema import Profile
+from servekit.sim.engine import Engine, EngineLimits
+from servekit.sim.model import SimModel, sim_model
+from servekit.sim.params import AcceptanceParams, StepTimeParams
+
+# Roofline defaults for a profile without a calibrated `simulator:` section: a fixed step
+# cost of a few milliseconds (scheduling, sampling, kernel floors) and typical achieved
+# fractions of HBM bandwidth and tensor-core peak for serving workloads.
+DEFAULT_STEP = StepTimeParams(
+    base_ms=4.0,
+    hbm_efficiency=0.6,
+    compute_efficiency=0.45,
+    decode_request_ms=0.02,
+    verify_request_ms=0.05,
+    prefill_request_ms=0.1,
+    draft_pass_ms=1.0,
+    draft_request_ms=0.01,
+)
+# EAGLE-family drafts with k=3 at mid-range acceptance (acceptance length ~2.4 at 0.7).
+DEFAULT_ACCEPTANCE = AcceptanceParams(points=((0.0, (0.8, 0.65, 0.55)), (1.0, (0.7, 0.5, 0.4))))
+
+
+def profile_step_params(profile: Profile) -> StepTimeParams:
+    """The profile's calibrated step-time coefficients, or the roofline defaults."""
+    sim = profile.simulator
+    if sim is None:
+        return DEFAULT_STEP
+    return StepTimeParams(**sim.step.model_dump())
+
+
+def profile_acceptance(profile: Profile) -> AcceptanceParams:
+    """The profile's acceptance probabilities, or the defaults."""
+    sim = profile.simulator
+    if sim is None or not sim.acceptance:
+        return DEFAULT_ACCEPTANCE
+    return AcceptanceParams(
+        points=tuple((float(t), tuple(probs)) for t, probs in sorted(sim.acceptance.items()))
+    )
+
+
+def profile_sim_model(profile: Profile, *, num_gpu_blocks: int | None = None) -> SimModel:
+    """The simulator's facts for a profile, KV pool sized by servekit's planner."""
+    plan = make_plan(plan_inputs(profile, lookup_gpu(profile.hardware.gpu)))
+    return sim_model(plan, num_gpu_blocks=num_gpu_blocks)
+
+
+def build_engine(
+    profile: Profile,
+    *,
+    seed: int = 0,
+    num_gpu_blocks: int | None = None,
+    step_params: StepTimeParams | None = None,
+    acceptance: AcceptanceParams | None = None,
+) -> Engine:
+    """Return a fresh simulated engine for a profile."""
+    k = profile.speculative.config.num_speculative_tokens if profile.speculative else 0
+    limits = EngineLimits(
+        max_num_seqs=profile.serve_args.max_num_seqs,
+        max_num_batched_tokens=profile.serve_args.max_num_batched_tokens,
+        num_speculative_tokens=k,
+    )
+    return Engine(
+        profile_sim_model(profile, num_gpu_blocks=num_gpu_blocks),
+        limits,
+        step_params or profile_step_params(profile),
+        (acceptance or profile_acceptance(profile)) if k else None,
+        random.Random(seed),
+    )

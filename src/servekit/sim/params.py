@@ -1,0 +1,106 @@
+"""Simulator parameters (core): the step-time model's coefficients and spec-decode acceptance.
+
+Every coefficient has a physical meaning (docs/simulator.md); profiles carry calibrated
+values in their `simulator:` section, and `default_step_params` gives roofline defaults
+for any GPU.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from servekit.errors import SimulationError
+
+
+@dataclass(frozen=True, slots=True)
+class StepTimeParams:
+    """Coefficients of the step-time model (milliseconds unless named otherwise).
+
+    Attributes:
+        base_ms: fixed cost of every step: scheduling, sampling, the per-layer kernel
+            floor and all-reduce latencies of a step that does almost nothing.
+        hbm_efficiency: fraction of the GPU's memory bandwidth achieved when reading
+            weights and KV cache.
+        compute_efficiency: fraction of the GPU's dense BF16 peak achieved by GEMMs.
+        decode_request_ms: per running request decoding one token (decode attention path).
+        verify_request_ms: per request verifying k+1 tokens with speculative decoding
+            (a multi-token query; for some attention backends a prefill-shaped path).
+        prefill_request_ms: per request with a prefill chunk in the step.
+        draft_pass_ms: fixed cost of one draft-model forward pass (k passes per step).
+        draft_request_ms: per request per draft pass.
+    """
+
+    base_ms: float
+    hbm_efficiency: float
+    compute_efficiency: float
+    decode_request_ms: float = 0.0
+    verify_request_ms: float = 0.0
+    prefill_request_ms: float = 0.0
+    draft_pass_ms: float = 0.0
+    draft_request_ms: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("hbm_efficiency", "compute_efficiency"):
+            value = getattr(self, name)
+            if not 0 < value <= 1:
+                raise SimulationError(
+                    f"simulator {name} {value} is outside (0, 1]",
+                    fix="use the fraction of peak the GPU achieves, e.g. 0.6",
+                )
+        for name in (
+            "base_ms",
+            "decode_request_ms",
+            "verify_request_ms",
+            "prefill_request_ms",
+            "draft_pass_ms",
+            "draft_request_ms",
+        ):
+            if getattr(self, name) < 0:
+                raise SimulationError(f"simulator {name} must not be negative")
+
+
+@dataclass(frozen=True, slots=True)
+class AcceptanceParams:
+    """Per-position conditional acceptance probabilities of draft tokens, by temperature.
+
+    `points` holds (temperature, (p1, ..., pk)): p_i is the probability that draft token i
+    is accepted given tokens 1..i-1 were. Between listed temperatures the probabilities
+    are interpolated linearly; outside, the nearest is used.
+    """
+
+    points: tuple[tuple[float, tuple[float, ...]], ...]
+
+    def __post_init__(self) -> None:
+        if not self.points:
+            raise SimulationError("acceptance needs at least one temperature point")
+        widths = {len(probs) for _, probs in self.points}
+        if len(widths) != 1:
+            raise SimulationError("every acceptance point needs the same number of positions")
+        for temperature, probs in self.points:
+            if any(not 0 <= p <= 1 for p in probs):
+                raise SimulationError(
+                    f"acceptance probabilities at temperature {temperature} must be in [0, 1]"
+                )
+
+    def probabilities(self, temperature: float) -> tuple[float, ...]:
+        """Return the per-position probabilities at a temperature."""
+        pts = sorted(self.points)
+        if temperature <= pts[0][0]:
+            return pts[0][1]
+        if temperature >= pts[-1][0]:
+            return pts[-1][1]
+        for (t0, p0), (t1, p1) in itertools.pairwise(pts):
+            if t0 <= temperature <= t1:
+                w = (temperature - t0) / (t1 - t0)
+                return tuple(a + (b - a) * w for a, b in zip(p0, p1, strict=True))
+        return pts[-1][1]  # pragma: no cover - the loop always returns
+
+    def mean_acceptance_length(self, temperature: float, k: int) -> float:
+        """Expected tokens gained per verify step: 1 + sum of prefix products (k drafts)."""
+        probs = self.probabilities(temperature)[:k]
+        total, prefix = 1.0, 1.0
+        for p in probs:
+            prefix *= p
+            total += prefix
+        return total

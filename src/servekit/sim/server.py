@@ -1,0 +1,187 @@
+"""`servekit sim serve`: a live OpenAI/vLLM-compatible server over the simulator (shell).
+
+Endpoints: `POST /v1/chat/completions`, `POST /v1/completions` (streamed or not),
+`GET /v1/models`, `GET /health`, `GET /version`, `POST /tokenize`, `POST /detokenize`,
+`GET /metrics`. Answers come from `textgen` (deterministic text, reasoning, tool calls);
+their timing comes from the simulated engine, one streamed chunk per engine step.
+
+Length semantics: with `max_tokens` the simulator always generates exactly that many tokens
+(finish_reason "length"), as if `ignore_eos` were set; a complete tool call ends earlier
+("tool_calls"). Without `max_tokens` an answer is 256 tokens (at least `min_tokens`, at most
+the context left) and ends with "stop"; `/v1/completions` defaults to 16 like vLLM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import Callable
+
+from aiohttp import web
+
+from servekit.errors import SimulationError
+from servekit.hardware import lookup_gpu
+from servekit.profiles.schema import Profile
+from servekit.sim._handlers import Log, SimServer, log_to_stderr
+from servekit.sim.faults import Faults
+
+SHUTDOWN_TIMEOUT_S = 2.0
+
+
+def make_app(
+    profile: Profile,
+    *,
+    seed: int = 0,
+    time_scale: float = 1.0,
+    faults: Faults | None = None,
+    log: Log = log_to_stderr,
+) -> web.Application:
+    """Build the simulated server's aiohttp application.
+
+    Args:
+        profile: the deployment to simulate (engine limits, KV pool, served model name).
+        seed: seeds the engine's acceptance draws, sampled requests and dropped streams.
+        time_scale: wall seconds per simulated second (0.1 runs ten times faster).
+        faults: faults to inject; `slow-start` here gives only the /health 503 phase.
+        log: where server log lines go (stderr by default).
+
+    Raises:
+        SimulationError: time_scale is not positive, or the profile cannot be simulated.
+    """
+    if not time_scale > 0:
+        raise SimulationError(f"time_scale {time_scale} must be positive", fix="use e.g. 1.0")
+    server = SimServer(
+        profile, seed=seed, time_scale=time_scale, faults=faults or Faults(), log=log
+    )
+    app = web.Application(middlewares=[server.errors], client_max_size=64 * 1024**2)
+    app.cleanup_ctx.append(server.lifecycle)
+    app.router.add_post("/v1/chat/completions", server.chat)
+    app.router.add_post("/v1/completions", server.completions)
+    app.router.add_get("/v1/models", server.models)
+    app.router.add_get("/health", server.health)
+    app.router.add_get("/version", server.version)
+    app.router.add_post("/tokenize", server.tokenize)
+    app.router.add_post("/detokenize", server.detokenize)
+    app.router.add_get("/metrics", server.metrics_text)
+    return app
+
+
+def oom_lines(profile: Profile) -> list[str]:
+    """The log lines of an engine that ran out of GPU memory while loading the model."""
+    total_gib = lookup_gpu(profile.hardware.gpu).cuda_visible_mib / 1024
+    free_gib = total_gib * 0.013
+    return [
+        "ERROR [core.py] EngineCore failed to start.",
+        "Traceback (most recent call last):",
+        '  File "vllm/v1/worker/gpu_model_runner.py", line 2214, in load_model',
+        "    self.model = model_loader.load_model(vllm_config=self.vllm_config)",
+        f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
+        f"total capacity of {total_gib:.2f} GiB of which {free_gib:.2f} GiB is free. Including "
+        f"non-PyTorch memory, this process has {total_gib - free_gib:.2f} GiB memory in use. "
+        "If reserved but unallocated memory is large try setting "
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.",
+        "RuntimeError: Engine core initialization failed. See root cause above.",
+    ]
+
+
+def _url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+async def serve_async(
+    profile: Profile,
+    *,
+    stop: asyncio.Event,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    seed: int = 0,
+    time_scale: float = 1.0,
+    faults: Faults | None = None,
+    announce: Callable[[str], None] = log_to_stderr,
+    log: Log = log_to_stderr,
+) -> None:
+    """Serve a simulated deployment until `stop` is set.
+
+    With `slow-start` the port does not listen for that long (scaled), then /health
+    answers 503 for a fifth of it; with `oom-at-startup` the out-of-memory log is written
+    and SimulationError raised without listening.
+
+    Args:
+        profile: the deployment to simulate.
+        stop: set it to shut the server down.
+        host: address to listen on.
+        port: TCP port; 0 picks a free one (the announced URL names it).
+        seed: seeds the engine, sampled requests and dropped streams.
+        time_scale: wall seconds per simulated second.
+        faults: faults to inject.
+        announce: receives `servekit sim: serving <profile> on <url>` once listening.
+        log: receives server log lines.
+
+    Raises:
+        SimulationError: the engine "ran out of memory", the port cannot be bound, or the
+            profile cannot be simulated.
+    """
+    faults = faults or Faults()
+    if not time_scale > 0:
+        raise SimulationError(f"time_scale {time_scale} must be positive", fix="use e.g. 1.0")
+    if faults.slow_start_s:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), faults.slow_start_s * time_scale)
+        if stop.is_set():
+            return
+    if faults.oom_at_startup:
+        for line in oom_lines(profile):
+            log(line)
+        raise SimulationError(
+            "the simulated engine ran out of GPU memory while loading (--fault oom-at-startup)",
+            fix="drop --fault oom-at-startup",
+        )
+    app = make_app(profile, seed=seed, time_scale=time_scale, faults=faults, log=log)
+    runner = web.AppRunner(
+        app, access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_TIMEOUT_S
+    )
+    await runner.setup()
+    try:
+        try:
+            await web.TCPSite(runner, host, port).start()
+        except OSError as exc:
+            raise SimulationError(
+                f"cannot listen on {host}:{port}: {exc.strerror or exc}",
+                fix="choose another --port or stop the process that holds it",
+            ) from None
+        bound = runner.addresses[0][1]
+        announce(f"servekit sim: serving {profile.name} on {_url(host, bound)}")
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+
+
+def serve(
+    profile: Profile,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    *,
+    seed: int = 0,
+    time_scale: float = 1.0,
+    faults: Faults | None = None,
+    announce: Callable[[str], None] = log_to_stderr,
+    log: Log = log_to_stderr,
+) -> None:
+    """Serve a simulated deployment until SIGINT or SIGTERM (see `serve_async`).
+
+    Raises:
+        SimulationError: as `serve_async`.
+    """
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await serve_async(
+            profile, stop=stop, host=host, port=port, seed=seed, time_scale=time_scale,
+            faults=faults, announce=announce, log=log,
+        )  # fmt: skip
+
+    asyncio.run(main())

@@ -1,0 +1,85 @@
+"""A simulated sweep (core): run load points on fresh engines and report server counters.
+
+Each point runs on a fresh engine (as a load test against a freshly started server would
+see a warm but empty engine), seeded from the sweep seed and the point's index, so the
+same seed gives the same records whatever else ran before.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from servekit.analyze.summarize import point_metrics, point_to_json, summary_document
+from servekit.sim.engine import Engine, EngineStats
+from servekit.sim.offline import LoadPoint, PointRun, run_point
+
+
+@dataclass(frozen=True, slots=True)
+class SimPointResult:
+    """One simulated point: its run and the engine's counters over it."""
+
+    point: LoadPoint
+    run: PointRun
+    stats: EngineStats
+
+    def server_json(self) -> dict[str, float | int | None]:
+        """The summary's `server` block, as /metrics counter deltas would give it."""
+        s = self.stats
+        return {
+            "spec_acceptance_length": (1 + s.accepted_tokens / s.drafts) if s.drafts else None,
+            "spec_acceptance_rate": (s.accepted_tokens / s.draft_tokens)
+            if s.draft_tokens
+            else None,
+            "kv_cache_usage_max": round(self.run.kv_usage_max, 4),
+            "preemptions": s.preemptions,
+            "running_max": self.run.running_max,
+            "waiting_max": self.run.waiting_max,
+        }
+
+
+def simulate_sweep(
+    new_engine: Callable[[int], Engine], points: Sequence[LoadPoint], *, seed: int
+) -> list[SimPointResult]:
+    """Run every point on a fresh engine built by `new_engine(point_seed)`."""
+    results = []
+    for index, point in enumerate(points):
+        point_seed = seed * 1_000_003 + index
+        engine = new_engine(point_seed)
+        run = run_point(engine, point, random.Random(point_seed))
+        results.append(SimPointResult(point, run, engine.stats))
+    return results
+
+
+def sweep_summary(
+    results: Sequence[SimPointResult],
+    *,
+    profile_name: str,
+    model: str | None,
+    version: str,
+    started_at: str,
+    workload: dict[str, object],
+) -> dict[str, object]:
+    """The summary.json document of a simulated sweep (same shape as a real run's)."""
+    points = [
+        point_to_json(
+            point_metrics(r.run.records),
+            concurrency=r.point.concurrency,
+            rate_rps=r.point.rate_rps,
+            server=r.server_json(),
+        )
+        for r in results
+    ]
+    return summary_document(
+        servekit_version=version,
+        started_at=started_at,
+        target={
+            "url": None,
+            "model": model,
+            "server_version": f"servekit-sim {version}",
+            "profile": profile_name,
+        },
+        workload={**workload, "simulated": True},
+        points=points,
+    )

@@ -1,0 +1,340 @@
+"""Deterministic text for the live simulator (core): tokenizer, chat prompts, planned answers.
+
+The tokenizer splits text into pieces (`\\w+` runs and single punctuation marks, each with
+the whitespace before it attached) and names each piece by a stable BLAKE2 hash, so token
+counts and ids are the same in every process. Generated text uses one piece per token, so
+re-tokenizing an answer gives back exactly the token count the engine produced.
+
+An answer is planned in full before the engine runs it: reasoning pieces, content pieces or
+tool-call argument pieces, and the finish reason. Greedy answers (temperature 0) depend only
+on the prompt text (and the requested length), never on concurrency or timing; sampled
+answers also mix in the request's own seed. Streaming then only slices the plan by the
+number of tokens each engine step delivered.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from servekit.errors import SimulationError
+from servekit.sim._schema_args import arguments_for
+
+Kind = Literal["reasoning", "content", "tool"]
+
+_PIECE = re.compile(r"\s*(?:\w+|[^\w\s])|\s+")
+ID_SPACE = 1 << 31
+# MiniMax-M3's thinking and tool-call namespace markers: they must never reach clients.
+MARKERS = ("<mm:think>", "</mm:think>", "]<]minimax[>[")
+# What a corrupted request streams per token: NUL bytes and replacement characters,
+# the "silent garbage" face of the top-k layout bug (DESIGN.md §1).
+GARBAGE_PIECE = "\x00\ufffd\ufffd"
+# Share of max_tokens spent thinking when thinking is enabled.
+REASONING_SHARE = 0.25
+
+_WORDS = re.findall(
+    r"\w+",
+    "the model serves requests across eight devices while each step schedules work for the "
+    "batch and streams tokens back to every client that waits on an open connection memory "
+    "budget holds cache blocks for context so longer prompts need more blocks and fewer "
+    "sequences fit at once speculative drafts propose several tokens which the target verifies "
+    "in one pass accepted tokens arrive together in a single chunk latency grows with load "
+    "throughput rises until the queue fills we measure first token time and inter token gaps "
+    "then compare runs to decide which configuration to keep a careful plan checks weights "
+    "activations graphs and kernels before launch this answer explains why results differ "
+    "between quiet and busy periods because shared experts route tokens through different "
+    "paths data moves over links with high bandwidth yet small messages still pay fixed costs "
+    "good tests repeat each point several times report percentiles and keep raw records so "
+    "later analysis can recompute anything simple tools help teams move faster with fewer "
+    "surprises weather city river mountain garden library window morning evening quiet bright "
+    "green blue red small large quick slow early late first second third final local remote",
+)
+LEXICON: tuple[str, ...] = tuple(dict.fromkeys(_WORDS))
+_GENERIC_VERBS = frozenset({"get", "set", "fetch", "list", "run", "call", "make", "create", "do"})
+_CITIES = ("Paris", "Berlin", "Tokyo", "Lima", "Nairobi", "Oslo", "Toronto", "Sydney")
+
+
+def split_pieces(text: str) -> list[str]:
+    """Split text into token pieces; joining them gives the text back exactly."""
+    return _PIECE.findall(text)
+
+
+def stable_seed(*parts: str) -> int:
+    """Return a 64-bit seed that is the same for the same strings in every process."""
+    digest = hashlib.blake2b("\x1f".join(parts).encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
+
+
+def token_id(piece: str) -> int:
+    """Return the stable id of one piece."""
+    digest = hashlib.blake2b(piece.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % ID_SPACE
+
+
+def count_tokens(text: str) -> int:
+    """Return how many tokens the simulator's tokenizer makes of a text."""
+    return len(split_pieces(text))
+
+
+def tokenize(text: str) -> list[int]:
+    """Return the token ids of a text."""
+    return [token_id(piece) for piece in split_pieces(text)]
+
+
+def _vocabulary() -> dict[int, str]:
+    pieces = [".", ",", ":", "\n", *(" " + c for c in _CITIES), *_CITIES]
+    for word in LEXICON:
+        pieces += [word, " " + word, word.capitalize(), " " + word.capitalize()]
+    return {token_id(piece): piece for piece in pieces}
+
+
+VOCABULARY: Mapping[int, str] = _vocabulary()
+
+
+def detokenize(ids: Sequence[int], known: Mapping[int, str] | None = None) -> str:
+    """Return the text of token ids the simulator generates or has seen.
+
+    Args:
+        ids: token ids.
+        known: extra id -> piece entries (pieces of texts the caller tokenized before).
+
+    Raises:
+        SimulationError: an id is neither generated vocabulary nor in `known`.
+    """
+    out = []
+    for ident in ids:
+        piece = VOCABULARY.get(ident)
+        if piece is None and known is not None:
+            piece = known.get(ident)
+        if piece is None:
+            raise SimulationError(
+                f"token id {ident} is not in the simulator's vocabulary",
+                fix="detokenize ids returned by this server's /tokenize or its answers",
+            )
+        out.append(piece)
+    return "".join(out)
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One chat message, reduced to what the prompt renders."""
+
+    role: str
+    content: str = ""
+    tool_calls: str = ""  # JSON of the assistant's tool calls, if any
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A function the client offers the model."""
+
+    name: str
+    parameters: Mapping[str, object]
+    description: str = ""
+
+
+def render_chat(messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> str:
+    """Render chat messages as a role-tagged prompt; its token count is the prompt length."""
+    parts = []
+    if tools:
+        spec = [
+            {"name": t.name, "description": t.description, "parameters": t.parameters}
+            for t in tools
+        ]
+        parts.append(f"<|tools|>\n{json.dumps(spec, sort_keys=True)}\n")
+    for message in messages:
+        body = message.content
+        if message.tool_calls:
+            body = f"{body}\n{message.tool_calls}" if body else message.tool_calls
+        parts.append(f"<|{message.role}|>\n{body}\n")
+    parts.append("<|assistant|>\n")
+    return "".join(parts)
+
+
+def thinking_enabled(
+    reasoning_parser: str | None,
+    defaults: Mapping[str, object] | None,
+    request_kwargs: Mapping[str, object] | None,
+) -> bool:
+    """Whether a request thinks: the request's `thinking_mode` wins over the server default."""
+    if not reasoning_parser:
+        return False
+    merged = {**(defaults or {}), **(request_kwargs or {})}
+    return merged.get("thinking_mode") == "enabled"
+
+
+def choose_tool(
+    tools: Sequence[ToolSpec], tool_choice: str | None, messages: Sequence[Message]
+) -> ToolSpec | None:
+    """Pick the tool to call, or None for a text answer.
+
+    A named choice calls that tool; "auto" and "required" call the tool whose name shares the
+    most words with the last user message (get_weather for "weather in Paris?"), else the
+    first. "none", no tools, or (except for "required") a tool result after the last user
+    message (the follow-up turn) give a text answer.
+
+    Raises:
+        SimulationError: a named tool is not among `tools`.
+    """
+    if not tools or tool_choice == "none":
+        return None
+    if tool_choice not in (None, "auto", "required"):
+        for tool in tools:
+            if tool.name == tool_choice:
+                return tool
+        names = ", ".join(t.name for t in tools)
+        raise SimulationError(
+            f"tool_choice names {tool_choice!r}, which is not among the tools ({names})"
+        )
+    last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=-1)
+    if tool_choice != "required" and any(m.role == "tool" for m in messages[last_user + 1 :]):
+        return None
+    words = (
+        set(re.findall(r"[a-z0-9]+", messages[last_user].content.lower()))
+        if last_user >= 0
+        else set()
+    )
+
+    def hits(tool: ToolSpec) -> int:
+        return len(set(re.findall(r"[a-z0-9]+", tool.name.lower())) - _GENERIC_VERBS & words)
+
+    return max(tools, key=hits)  # the first of the best-matching tools
+
+
+def generate_pieces(seed: int, n: int) -> list[str]:
+    """Return n pieces (one token each) of plausible English sentences."""
+    rng = random.Random(seed)
+    pieces: list[str] = []
+    while len(pieces) < n:
+        words = [rng.choice(LEXICON) for _ in range(rng.randint(5, 14))]
+        pieces.append(words[0].capitalize() if not pieces else " " + words[0].capitalize())
+        for index, word in enumerate(words[1:], start=1):
+            pieces.append(" " + word)
+            if index < len(words) - 1 and rng.random() < 0.07:
+                pieces.append(",")
+        pieces.append(".")
+    return pieces[:n]
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerRequest:
+    """What the answer depends on.
+
+    Attributes:
+        prompt: the rendered prompt text (greedy answers depend on it alone).
+        max_tokens: requested output tokens; None lets the answer end by itself.
+        context_left: max_model_len minus the prompt tokens.
+        default_tokens: answer length when max_tokens is None (capped by context_left).
+        min_tokens: shortest answer when max_tokens is None.
+        temperature: 0 for greedy.
+        seed: the request's own seed, mixed in when temperature > 0.
+        thinking: whether the answer starts with reasoning.
+        tool: the tool to call, or None for text.
+        ignore_eos: run to the length limit even without max_tokens.
+    """
+
+    prompt: str
+    max_tokens: int | None
+    context_left: int
+    default_tokens: int = 256
+    min_tokens: int = 0
+    temperature: float = 0.0
+    seed: int = 0
+    thinking: bool = False
+    tool: ToolSpec | None = None
+    ignore_eos: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """A run of tokens of one kind inside a streamed chunk."""
+
+    kind: Kind
+    text: str
+    tokens: int
+    first: bool  # the first tokens of this kind in the answer
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A planned answer: one piece per output token, in order reasoning, content, tool."""
+
+    reasoning: tuple[str, ...]
+    content: tuple[str, ...]
+    tool_name: str | None
+    tool_pieces: tuple[str, ...]
+    finish_reason: Literal["length", "stop", "tool_calls"]
+
+    @property
+    def tokens(self) -> int:
+        """Output tokens of the whole answer."""
+        return len(self.reasoning) + len(self.content) + len(self.tool_pieces)
+
+    def segments(self, start: int, count: int, *, garbage: bool = False) -> list[Segment]:
+        """Split output tokens [start, start+count) into runs of one kind.
+
+        Args:
+            start: tokens already delivered.
+            count: tokens in this chunk.
+            garbage: replace the text by NUL bytes and U+FFFD (a corrupted request).
+        """
+        out: list[Segment] = []
+        offset = 0
+        kinds: tuple[tuple[Kind, tuple[str, ...]], ...] = (
+            ("reasoning", self.reasoning),
+            ("content", self.content),
+            ("tool", self.tool_pieces),
+        )
+        for kind, pieces in kinds:
+            lo = max(start, offset)
+            hi = min(start + count, offset + len(pieces))
+            if lo < hi:
+                part = pieces[lo - offset : hi - offset]
+                text = GARBAGE_PIECE * len(part) if garbage else "".join(part)
+                out.append(Segment(kind, text, hi - lo, lo == offset))
+            offset += len(pieces)
+        return out
+
+
+def plan_answer(request: AnswerRequest) -> Answer:
+    """Plan the whole answer to a request.
+
+    With max_tokens the answer is exactly that long (as with `ignore_eos`), except that a
+    complete tool call ends it early; without max_tokens it is `default_tokens` long
+    (at least min_tokens, at most the context left) and ends with "stop".
+
+    Raises:
+        SimulationError: no room is left for even one output token.
+    """
+    natural = request.max_tokens is None
+    if request.max_tokens is not None:
+        budget = request.max_tokens
+    else:
+        budget = min(request.context_left, max(request.default_tokens, request.min_tokens))
+    if budget < 1:
+        raise SimulationError("the answer has no room for a single token")
+    seed = stable_seed(request.prompt)
+    if request.temperature > 0:
+        seed = stable_seed(request.prompt, str(request.seed), repr(request.temperature))
+    thinking = max(1, int(budget * REASONING_SHARE)) if request.thinking else 0
+    thinking = min(thinking, budget - 1)
+    reasoning = tuple(generate_pieces(stable_seed("reasoning", str(seed)), thinking))
+    if request.tool is not None:
+        tool_seed = stable_seed("tool", request.tool.name, str(seed))
+        rng = random.Random(tool_seed)
+        args = arguments_for(request.tool.parameters, rng, cities=_CITIES)
+        pieces = tuple(split_pieces(json.dumps(args, ensure_ascii=False)))
+        room = budget - thinking
+        if len(pieces) <= room:
+            return Answer(reasoning, (), request.tool.name, pieces, "tool_calls")
+        return Answer(reasoning, (), request.tool.name, pieces[:room], "length")
+    content = generate_pieces(stable_seed("content", str(seed)), budget - thinking)
+    finish: Literal["length", "stop"] = "stop" if natural and not request.ignore_eos else "length"
+    if finish == "stop" and len(content) > 1:
+        content[-1] = "."
+    return Answer(reasoning, tuple(content), None, (), finish)

@@ -1,0 +1,54 @@
+"""In-process tests of `servekit sim run`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from servekit.bench.store import read_records
+from servekit.cli.main import cli
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_sim_run_writes_records_and_summary(tmp_path: Path) -> None:
+    """sim run --out writes one record per request and a summary.json per DESIGN.md."""
+    code, out, err = run(
+        "sim", "run", "--profile", "llama-3.1-70b-4xh100", "--concurrency", "1,4",
+        "--requests-per-point", "8", "--input-len", "128", "--output-len", "16",
+        "--out", str(tmp_path), "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    summary = json.loads(out)
+    assert json.loads((tmp_path / "summary.json").read_text(encoding="utf-8")) == summary
+    assert [p["concurrency"] for p in summary["points"]] == [1, 4]
+    assert all(p["completed"] == 8 and p["output_tokens"] == 8 * 16 for p in summary["points"])
+    records = read_records(tmp_path)
+    assert len(records) == 16
+    assert all(r.output_tokens == 16 for r in records)
+    assert summary["workload"]["simulated"] is True
+
+
+def test_sim_run_open_loop_rate() -> None:
+    """--rate runs open-loop Poisson points."""
+    code, out, _ = run(
+        "sim", "run", "--profile", "llama-3.1-70b-4xh100", "--rate", "2",
+        "--requests-per-point", "10", "--output-len", "8", "--json",
+    )  # fmt: skip
+    assert code == 0
+    point = json.loads(out)["points"][0]
+    assert point["rate_rps"] == 2
+    assert point["completed"] == 10
+
+
+def test_sim_run_usage_errors() -> None:
+    """Both or neither of --concurrency/--rate, or bad numbers, are usage errors (exit 2)."""
+    assert run("sim", "run", "--profile", "llama-3.1-70b-4xh100")[0] == 2
+    code, _, err = run("sim", "run", "--profile", "llama-3.1-70b-4xh100", "--concurrency", "a,b")
+    assert code == 2
+    assert "--concurrency 'a,b' is not a comma-separated list" in err

@@ -1,0 +1,36 @@
+"""Tests of the RequestRecord JSONL contract and the run-directory store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from servekit.bench.store import RecordWriter, read_records
+from servekit.errors import ServekitError
+from servekit.records import RequestRecord, record_from_json
+
+
+def test_roundtrip(tmp_path: Path) -> None:
+    """A record written as a JSON line reads back equal."""
+    rec = RequestRecord("a", "c=1", 1, 2, 3, 4, 5, (3, 5), (1, 2), 10, 3, 0, "length")
+    with RecordWriter(tmp_path) as writer:
+        writer.write(rec)
+    assert read_records(tmp_path) == [rec]
+
+
+def test_each_record_is_flushed_when_written(tmp_path: Path) -> None:
+    """A record is on disk as soon as write() returns, before close."""
+    writer = RecordWriter(tmp_path)
+    writer.write(RequestRecord("a", "p", 0, 0, None, None, 1))
+    assert (tmp_path / "records.jsonl").read_text(encoding="utf-8").count("\n") == 1
+    writer.close()
+
+
+def test_bad_line_names_file_and_line(tmp_path: Path) -> None:
+    """A corrupt line is reported with its file and line number."""
+    (tmp_path / "records.jsonl").write_text('{"id": "a"}\n', encoding="utf-8")
+    with pytest.raises(ServekitError, match=r"records.jsonl:1: not a valid request record"):
+        read_records(tmp_path)
+    with pytest.raises(ServekitError):
+        record_from_json("not json")
