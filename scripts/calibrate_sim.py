@@ -23,6 +23,7 @@ from servekit.analyze.summarize import point_metrics
 from servekit.profiles import load_profile
 from servekit.profiles.schema import Profile
 from servekit.sim.build import build_engine
+from servekit.sim.fit import BOUNDS
 from servekit.sim.offline import LoadPoint, run_point
 from servekit.sim.params import AcceptanceParams, StepTimeParams
 
@@ -33,16 +34,6 @@ TABLE = {p["concurrency"]: p for p in SEED["throughput_with_eagle3"]["points"]}
 ON = load_profile("minimax-m3-mxfp8-8xa800")
 OFF = load_profile("minimax-m3-mxfp8-8xa800-no-eagle3")
 
-BOUNDS = {
-    "base_ms": (2.0, 30.0),
-    "hbm_efficiency": (0.3, 0.85),
-    "compute_efficiency": (0.1, 0.6),
-    "decode_request_ms": (0.0, 3.0),
-    "verify_request_ms": (0.0, 20.0),
-    "prefill_request_ms": (0.0, 30.0),
-    "draft_pass_ms": (0.2, 5.0),
-    "draft_request_ms": (0.0, 2.0),
-}
 ACCEPT_BOUNDS = (0.3, 0.95)
 INPUT_LENS = [1024, 2048, 3072, 4096, 6144, 8192]
 

@@ -17,6 +17,7 @@ from servekit.cli._output import (
     set_option,
     stdout_console,
 )
+from servekit.cli.sim_fit import fit_command
 from servekit.cli.sim_serve import serve_command
 from servekit.errors import UsageError
 from servekit.profiles import load_profile
@@ -116,3 +117,4 @@ def run_command(
 
 
 sim_group.add_command(serve_command)
+sim_group.add_command(fit_command)

@@ -37,3 +37,22 @@ def points_table(points: Sequence[Mapping[str, Any]], *, title: str) -> Table:
             str(p["failed"]),
         )
     return table
+
+
+def fit_table(rows: Sequence[Mapping[str, Any]], *, title: str) -> Table:
+    """Measured against simulated throughput and latency per point, with relative errors."""
+    table = Table(
+        "load", "measured tok/s", "simulated", "error", "measured s", "simulated", "error",
+        title=title, title_justify="left",
+    )  # fmt: skip
+    for r in rows:
+        table.add_row(
+            f"c={r['concurrency']}",
+            f"{r['measured_tok_s']:.1f}",
+            f"{r['simulated_tok_s']:.1f}",
+            f"{r['throughput_error']:+.1%}",
+            f"{r['measured_latency_s']:.3f}",
+            f"{r['simulated_latency_s']:.3f}",
+            f"{r['latency_error']:+.1%}",
+        )
+    return table

@@ -1,0 +1,235 @@
+"""Fit the step-time coefficients to measured load points (core).
+
+A measured point is (concurrency, input/output length, temperature, output throughput,
+mean latency). The fit searches the coefficients inside physically plausible bounds
+(random search, then shrinking perturbations around the best) for the smallest sum of
+squared relative errors of simulated throughput and latency, and reports the error per
+point. Used by `servekit sim fit` and scripts/calibrate_sim.py.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from servekit.analyze.summarize import point_metrics
+from servekit.errors import ConfigError
+from servekit.sim.engine import Engine
+from servekit.sim.offline import LoadPoint, run_point
+from servekit.sim.params import StepTimeParams
+
+# Plausible ranges of each coefficient (docs/simulator.md).
+BOUNDS: dict[str, tuple[float, float]] = {
+    "base_ms": (0.5, 30.0),
+    "hbm_efficiency": (0.3, 0.85),
+    "compute_efficiency": (0.1, 0.6),
+    "decode_request_ms": (0.0, 3.0),
+    "verify_request_ms": (0.0, 20.0),
+    "prefill_request_ms": (0.0, 30.0),
+    "draft_pass_ms": (0.2, 5.0),
+    "draft_request_ms": (0.0, 2.0),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class MeasuredPoint:
+    """One measured load point to fit."""
+
+    concurrency: int
+    input_len: int
+    output_len: int
+    temperature: float
+    throughput_tok_s: float
+    latency_s: float
+    requests: int = 64
+
+
+@dataclass(frozen=True, slots=True)
+class PointFit:
+    """Simulated against measured for one point."""
+
+    point: MeasuredPoint
+    throughput_tok_s: float
+    latency_s: float
+
+    @property
+    def throughput_error(self) -> float:
+        """Relative throughput error (simulated / measured - 1)."""
+        return self.throughput_tok_s / self.point.throughput_tok_s - 1
+
+    @property
+    def latency_error(self) -> float:
+        """Relative latency error (simulated / measured - 1)."""
+        return self.latency_s / self.point.latency_s - 1
+
+
+@dataclass(frozen=True, slots=True)
+class FitResult:
+    """The best coefficients found and how well they fit."""
+
+    params: StepTimeParams
+    points: tuple[PointFit, ...]
+    loss: float
+
+
+def random_params(rng: random.Random) -> StepTimeParams:
+    """Coefficients drawn uniformly inside BOUNDS."""
+    return StepTimeParams(**{k: rng.uniform(lo, hi) for k, (lo, hi) in BOUNDS.items()})
+
+
+def perturb_params(params: StepTimeParams, rng: random.Random, scale: float) -> StepTimeParams:
+    """Coefficients moved by Gaussian steps of `scale` x each range, clamped to BOUNDS."""
+    values = {}
+    for key, (lo, hi) in BOUNDS.items():
+        moved = getattr(params, key) + rng.gauss(0, scale * (hi - lo))
+        values[key] = min(hi, max(lo, moved))
+    return StepTimeParams(**values)
+
+
+def simulate_points(
+    new_engine: Callable[[StepTimeParams], Engine],
+    params: StepTimeParams,
+    points: Sequence[MeasuredPoint],
+) -> tuple[PointFit, ...]:
+    """Simulate every measured point with the given coefficients."""
+    fits = []
+    for point in points:
+        load = LoadPoint(
+            f"c={point.concurrency}",
+            max(point.requests, 2 * point.concurrency),
+            point.input_len,
+            point.output_len,
+            point.temperature,
+            concurrency=point.concurrency,
+        )
+        m = point_metrics(run_point(new_engine(params), load, random.Random(0)).records)
+        fits.append(PointFit(point, m.output_throughput_tok_s, m.latency_s.mean or 0.0))
+    return tuple(fits)
+
+
+def fit_loss(fits: Sequence[PointFit]) -> float:
+    """Sum of squared relative errors of throughput and latency."""
+    return sum(f.throughput_error**2 + f.latency_error**2 for f in fits)
+
+
+def fit_step_params(
+    new_engine: Callable[[StepTimeParams], Engine],
+    points: Sequence[MeasuredPoint],
+    *,
+    start: StepTimeParams,
+    iterations: int = 200,
+    seed: int = 0,
+) -> FitResult:
+    """Search coefficients that reproduce the measured points.
+
+    Args:
+        new_engine: builds a fresh engine with the given coefficients.
+        points: the measured points.
+        start: the first candidate (e.g. the profile's current coefficients).
+        iterations: candidates to evaluate (a quarter random, the rest local).
+        seed: seeds the search.
+    """
+    rng = random.Random(seed)
+    best = start
+    best_fits = simulate_points(new_engine, best, points)
+    best_loss = fit_loss(best_fits)
+    for i in range(iterations):
+        if i < iterations // 4:
+            candidate = random_params(rng)
+        else:
+            candidate = perturb_params(best, rng, 0.05 if i < iterations * 3 // 4 else 0.015)
+        fits = simulate_points(new_engine, candidate, points)
+        loss = fit_loss(fits)
+        if loss < best_loss:
+            best, best_fits, best_loss = candidate, fits, loss
+    return FitResult(best, best_fits, best_loss)
+
+
+class _Dist(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    mean: float | None
+
+
+class _Point(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    concurrency: int | None
+    completed: int
+    output_throughput_tok_s: float
+    latency_s: _Dist
+
+
+class _Workload(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    input_len: int = Field(gt=0)
+    output_len: int = Field(gt=0)
+    temperature: float = 0.0
+
+
+class _Summary(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    workload: _Workload
+    points: list[_Point]
+
+
+def measured_points(summary: object, *, where: str) -> list[MeasuredPoint]:
+    """Closed-loop points of a summary.json document, ready to fit.
+
+    Raises:
+        ConfigError: the document is not a servekit summary with fixed input/output lengths.
+    """
+    try:
+        doc = _Summary.model_validate(summary)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(p) for p in first["loc"])
+        raise ConfigError(
+            f"{where}: not a servekit summary.json ({key}: {first['msg']})",
+            fix="pass run directories written by servekit bench or servekit sim run",
+        ) from None
+    out = []
+    for p in doc.points:
+        if p.concurrency is None or p.latency_s.mean is None or p.completed == 0:
+            continue
+        out.append(
+            MeasuredPoint(
+                concurrency=p.concurrency,
+                input_len=doc.workload.input_len,
+                output_len=doc.workload.output_len,
+                temperature=doc.workload.temperature,
+                throughput_tok_s=p.output_throughput_tok_s,
+                latency_s=p.latency_s.mean,
+                requests=min(p.completed, 128),
+            )
+        )
+    return out
+
+
+def fit_rows(result: FitResult) -> list[dict[str, float | int]]:
+    """Per-point measured-versus-simulated rows, rounded, for JSON and tables."""
+    return [
+        {
+            "concurrency": f.point.concurrency,
+            "measured_tok_s": f.point.throughput_tok_s,
+            "simulated_tok_s": round(f.throughput_tok_s, 2),
+            "throughput_error": round(f.throughput_error, 4),
+            "measured_latency_s": f.point.latency_s,
+            "simulated_latency_s": round(f.latency_s, 4),
+            "latency_error": round(f.latency_error, 4),
+        }
+        for f in result.points
+    ]
+
+
+def fitted_profile(
+    base_name: str, new_name: str, base_simulator: dict[str, object], result: FitResult, source: str
+) -> dict[str, object]:
+    """A profile document that extends `base_name` with the fitted step coefficients."""
+    step = {k: round(getattr(result.params, k), 5) for k in result.params.__slots__}
+    return {
+        "extends": base_name,
+        "name": new_name,
+        "simulator": {**base_simulator, "step": step, "sources": [source]},
+    }
