@@ -34,6 +34,8 @@ CORE_MODULES = [
     "sim/sweep.py",
     "analyze/summarize.py",
     "records.py",
+    "client/sse.py",
+    "client/stream.py",
     "specs.py",
     "units.py",
     "errors.py",

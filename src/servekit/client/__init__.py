@@ -1,0 +1,1 @@
+"""The only HTTP client: SSE parsing (pure), OpenAI stream interpretation, timed requests."""

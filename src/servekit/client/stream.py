@@ -1,0 +1,188 @@
+"""Interpret an OpenAI-compatible completion stream (core): SSE events in, one result out.
+
+Chat and completions chunks are read leniently: `delta.reasoning` (or the older
+`delta.reasoning_content`), `delta.content`, `delta.tool_calls` (reassembled by `index`),
+completions' `text`, `finish_reason`, and `usage` (per chunk with vLLM's
+`continuous_usage_stats`, or once at the end). Nothing here raises on a bad stream: every
+problem is classified into `error_kind`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+# Failure classes shared with the HTTP layer.
+MALFORMED_CHUNK = "malformed_chunk"
+STREAM_CUT = "stream_cut"
+EMPTY_OUTPUT = "empty_output"
+
+
+@dataclass(slots=True)
+class ToolCall:
+    """One tool call reassembled from its deltas."""
+
+    index: int
+    id: str | None = None
+    name: str = ""
+    arguments: str = ""
+
+
+@dataclass(slots=True)
+class StreamResult:
+    """What a stream delivered, with arrival times in integer nanoseconds."""
+
+    chunk_ns: list[int] = field(default_factory=list)
+    chunk_tokens: list[int] = field(default_factory=list)
+    first_token_ns: int | None = None
+    first_answer_ns: int | None = None
+    reasoning: list[str] = field(default_factory=list)
+    content: list[str] = field(default_factory=list)
+    tool_calls: dict[int, ToolCall] = field(default_factory=dict)
+    finish_reason: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    reasoning_tokens: int = 0
+    done: bool = False
+    error_kind: str | None = None
+    error: str | None = None
+
+    @property
+    def text(self) -> str:
+        """The answer's content."""
+        return "".join(self.content)
+
+    @property
+    def reasoning_text(self) -> str:
+        """The reasoning text."""
+        return "".join(self.reasoning)
+
+
+class StreamReader:
+    """Feed each SSE event's data with its arrival time; call `finish()` at end of stream."""
+
+    def __init__(self) -> None:
+        self.result = StreamResult()
+        self._continuous = False
+        self._counted = 0  # completion tokens already attributed to chunks
+        self._reasoning_chunks: list[int] = []  # indexes of chunks that were reasoning only
+
+    def feed(self, data: str, arrival_ns: int) -> None:
+        """Consume one event's data (`[DONE]` or a JSON chunk)."""
+        r = self.result
+        if data.strip() == "[DONE]":
+            r.done = True
+            return
+        try:
+            chunk: Any = json.loads(data)
+        except json.JSONDecodeError as exc:
+            self._fail(MALFORMED_CHUNK, f"chunk is not JSON ({exc.msg} at {exc.pos})")
+            return
+        if not isinstance(chunk, dict):
+            self._fail(MALFORMED_CHUNK, "chunk is not a JSON object")
+            return
+        if "error" in chunk and not chunk.get("choices"):
+            err = chunk["error"]
+            message = err.get("message") if isinstance(err, dict) else str(err)
+            self._fail("server_error", str(message)[:500])
+            return
+        reasoning, content, tools = self._deltas(chunk)
+        usage = chunk.get("usage")
+        usage_tokens = None
+        if isinstance(usage, dict):
+            completion = usage.get("completion_tokens")
+            prompt = usage.get("prompt_tokens")
+            if isinstance(prompt, int):
+                r.prompt_tokens = prompt
+            if isinstance(completion, int):
+                usage_tokens = completion
+                r.completion_tokens = completion
+        carries = bool(reasoning or content or tools)
+        if carries:
+            if r.first_token_ns is None:
+                r.first_token_ns = arrival_ns
+            if (content or tools) and r.first_answer_ns is None:
+                r.first_answer_ns = arrival_ns
+            tokens = 0
+            if usage_tokens is not None:
+                self._continuous = True
+                tokens = max(usage_tokens - self._counted, 0)
+                self._counted = max(self._counted, usage_tokens)
+            if reasoning and not (content or tools):
+                self._reasoning_chunks.append(len(r.chunk_ns))
+            r.chunk_ns.append(arrival_ns)
+            r.chunk_tokens.append(tokens)
+        elif usage_tokens is not None and self._continuous and usage_tokens > self._counted:
+            # a usage-only chunk after content: attribute the remainder to the last chunk
+            if r.chunk_tokens:
+                r.chunk_tokens[-1] += usage_tokens - self._counted
+            self._counted = usage_tokens
+
+    def _deltas(self, chunk: dict[str, Any]) -> tuple[str, str, bool]:
+        r = self.result
+        choices = chunk.get("choices")
+        if not isinstance(choices, list) or not choices:
+            return "", "", False
+        choice = choices[0]
+        if not isinstance(choice, dict):
+            self._fail(MALFORMED_CHUNK, "choice is not an object")
+            return "", "", False
+        if choice.get("finish_reason"):
+            r.finish_reason = str(choice["finish_reason"])
+        delta = choice.get("delta")
+        if not isinstance(delta, dict):
+            text = choice.get("text")  # /v1/completions
+            if isinstance(text, str) and text:
+                r.content.append(text)
+                return "", text, False
+            return "", "", False
+        reasoning = delta.get("reasoning") or delta.get("reasoning_content") or ""
+        content = delta.get("content") or ""
+        if isinstance(reasoning, str) and reasoning:
+            r.reasoning.append(reasoning)
+        else:
+            reasoning = ""
+        if isinstance(content, str) and content:
+            r.content.append(content)
+        else:
+            content = ""
+        tools = False
+        for call in delta.get("tool_calls") or []:
+            if not isinstance(call, dict) or not isinstance(call.get("index", 0), int):
+                self._fail(MALFORMED_CHUNK, "tool call delta without an integer index")
+                continue
+            tools = True
+            index = call.get("index", 0)
+            acc = r.tool_calls.setdefault(index, ToolCall(index))
+            if call.get("id"):
+                acc.id = str(call["id"])
+            function = call.get("function") or {}
+            if isinstance(function, dict):
+                acc.name += str(function.get("name") or "")
+                acc.arguments += str(function.get("arguments") or "")
+        return reasoning, content, tools
+
+    def _fail(self, kind: str, message: str) -> None:
+        if self.result.error_kind is None:
+            self.result.error_kind = kind
+            self.result.error = message
+
+    def finish(self, *, cut: bool = False) -> StreamResult:
+        """Close the stream: classify cuts and empty output, and fill tokens per chunk.
+
+        Without per-chunk usage, the final completion count is spread over the chunks
+        that carried text (the remainder to the last ones), as DESIGN.md section 5 says.
+        """
+        r = self.result
+        if cut or not r.done:
+            self._fail(STREAM_CUT, "the stream ended before [DONE]")
+        if r.error_kind is None and not r.chunk_ns:
+            self._fail(EMPTY_OUTPUT, "the stream carried no generated token")
+        if not self._continuous and r.chunk_ns:
+            total = r.completion_tokens if r.completion_tokens is not None else len(r.chunk_ns)
+            n = len(r.chunk_ns)
+            base, extra = divmod(total, n)
+            r.chunk_tokens = [base + (1 if i >= n - extra else 0) for i in range(n)]
+        r.reasoning_tokens = sum(r.chunk_tokens[i] for i in self._reasoning_chunks)
+        return r
