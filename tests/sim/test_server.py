@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import io
 import json
 import signal
 import socket
@@ -22,8 +23,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from servekit import __version__
 from servekit.profiles import load_profile
 from servekit.profiles.schema import Profile
+from servekit.sim import _handlers
+from servekit.sim._live_engine import LiveEngine
+from servekit.sim._metrics import ServerMetrics
+from servekit.sim.build import build_engine
+from servekit.sim.engine import SimRequest
 from servekit.sim.faults import Faults
-from servekit.sim.server import make_app, serve_async
+from servekit.sim.server import make_app, make_runner, serve_async
 from servekit.sim.textgen import MARKERS, count_tokens
 
 pytestmark = pytest.mark.integration
@@ -32,6 +38,7 @@ M3 = "minimax-m3-mxfp8-8xa800"
 M3_NO_SPEC = "minimax-m3-mxfp8-8xa800-no-eagle3"
 LLAMA = "llama-3.1-70b-4xh100"
 M3_NAME = "MiniMax-M3-MXFP8"
+LLAMA_NAME = "Llama-3.1-70B-Instruct"
 WEATHER_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -79,8 +86,9 @@ async def live(
         time_scale=time_scale,
         faults=faults,
         log=log or (lambda _line: None),
+        shutdown_grace_s=0.2,
     )
-    runner = web.AppRunner(app, shutdown_timeout=0.5)
+    runner = make_runner(app)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
     url = f"http://127.0.0.1:{runner.addresses[0][1]}"
@@ -95,8 +103,10 @@ async def live(
 class Stream:
     status: int
     events: list[dict[str, Any]] = field(default_factory=list)
+    arrived_s: list[float] = field(default_factory=list)  # per event, since the POST
     done: bool = False
     cut: bool = False
+    total_s: float = 0.0  # from the POST to the end of the body
 
     @property
     def choices(self) -> list[dict[str, Any]]:
@@ -115,6 +125,8 @@ class Stream:
 async def stream(
     session: aiohttp.ClientSession, url: str, body: dict[str, Any], path: str = "chat/completions"
 ) -> Stream:
+    clock = asyncio.get_running_loop().time
+    start = clock()
     async with session.post(f"{url}/v1/{path}", json={**body, "stream": True}) as response:
         result = Stream(response.status)
         try:
@@ -124,8 +136,10 @@ async def stream(
                     result.done = True
                 elif line.startswith("data: "):
                     result.events.append(json.loads(line.removeprefix("data: ")))
+                    result.arrived_s.append(clock() - start)
         except aiohttp.ClientPayloadError:
             result.cut = True
+    result.total_s = clock() - start
     return result
 
 
@@ -134,9 +148,27 @@ async def post(
 ) -> tuple[int, Any]:
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
     headers = {"Content-Type": "application/json"}
-    async with session.post(f"{url}{path}", data=data, headers=headers) as response:
+    async with session.post(f"{url}{path}", data=io.BytesIO(data), headers=headers) as response:
         text = await response.text()
         return response.status, json.loads(text) if text else None
+
+
+async def scrape(session: aiohttp.ClientSession, url: str) -> dict[str, dict[str, float]]:
+    async with session.get(f"{url}/metrics") as response:
+        text = await response.text()
+    out: dict[str, dict[str, float]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            assert sample.labels["model_name"] in (M3_NAME, LLAMA_NAME)
+            key = sample.labels.get("position", sample.labels.get("le", ""))
+            out.setdefault(sample.name, {})[key] = sample.value
+    return out
+
+
+def deliveries(metrics: dict[str, dict[str, float]]) -> int:
+    """Engine deliveries (streamed chunks) observed: first tokens plus inter-token gaps."""
+    ttft = metrics["vllm:time_to_first_token_seconds_count"][""]
+    return int(ttft + metrics["vllm:inter_token_latency_seconds_count"][""])
 
 
 def chat(content: str = "Tell me about serving.", **extra: Any) -> dict[str, Any]:
@@ -359,7 +391,7 @@ def test_auto_tool_choice_needs_the_server_flag() -> None:
         async with live(overrides=("enable_auto_tool_choice=false",)) as (url, session):
             status, doc = await post(session, url, "/v1/chat/completions", chat(tools=TOOLS))
         assert status == 400
-        assert "--enable-auto-tool-choice" in doc["message"]
+        assert "--enable-auto-tool-choice" in doc["error"]["message"]
 
     run(body())
 
@@ -400,7 +432,7 @@ def test_tokenize_matches_prompt_tokens_and_detokenize_round_trips() -> None:
         assert tok["max_model_len"] == 131072
         assert back == {"prompt": "Héllo, wörld!"}
         assert status == 400
-        assert "not in the simulator's vocabulary" in bad["message"]
+        assert "not in the simulator's vocabulary" in bad["error"]["message"]
         assert both == 400
 
     run(body())
@@ -408,17 +440,6 @@ def test_tokenize_matches_prompt_tokens_and_detokenize_round_trips() -> None:
 
 def test_metrics_expose_vllm_series_and_spec_decode_counters_grow() -> None:
     """/metrics parses as Prometheus text with vLLM's series; spec-decode counters grow."""
-
-    async def scrape(session: aiohttp.ClientSession, url: str) -> dict[str, dict[str, float]]:
-        async with session.get(f"{url}/metrics") as response:
-            text = await response.text()
-        out: dict[str, dict[str, float]] = {}
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                assert sample.labels["model_name"] == M3_NAME
-                key = sample.labels.get("position", sample.labels.get("le", ""))
-                out.setdefault(sample.name, {})[key] = sample.value
-        return out
 
     async def body() -> None:
         async with live() as (url, session):
@@ -457,13 +478,14 @@ def test_request_over_max_model_len_is_vllms_400() -> None:
         p = tok["count"]
         assert status == 400
         assert doc == {
-            "object": "error",
-            "message": f"This model's maximum context length is 32768 tokens. However, you "
-            f"requested {p + 32768} tokens ({p} in the messages, 32768 in the completion). "
-            "Please reduce the length of the messages or completion.",
-            "type": "BadRequestError",
-            "param": None,
-            "code": 400,
+            "error": {
+                "message": f"This model's maximum context length is 32768 tokens. However, you "
+                f"requested {p + 32768} tokens ({p} in the messages, 32768 in the completion). "
+                "Please reduce the length of the messages or completion.",
+                "type": "BadRequestError",
+                "param": None,
+                "code": 400,
+            }
         }
 
     run(body())
@@ -486,6 +508,15 @@ def test_request_over_max_model_len_is_vllms_400() -> None:
             "'x'",
         ),
         ({**chat(), "model": "gpt-4"}, 404, "The model `gpt-4` does not exist."),
+        (b'{"messages": [{"role": "user", "content": "a\\ud800b"}]}', 400, "lone UTF-16 surrogate"),
+        (b'{"messages": [{"role": "user", "content": "x"}], "temperature": 1e999}', 400, "finite"),
+        (b'{"messages": [{"role": "user", "content": "x"}], "temperature": NaN}', 400, "finite"),
+        (chat(tool_choice="required"), 400, "When using `tool_choice`, `tools` must be set."),
+        (
+            chat(tool_choice={"type": "function", "function": {"name": "get_time"}}),
+            400,
+            "When using `tool_choice`, `tools` must be set.",
+        ),
     ],
 )
 def test_bad_requests_get_clear_json_errors(payload: object, status: int, needle: str) -> None:
@@ -496,10 +527,11 @@ def test_bad_requests_get_clear_json_errors(payload: object, status: int, needle
         async with live(log=logs.append) as (url, session):
             got, doc = await post(session, url, "/v1/chat/completions", payload)
         assert got == status
-        assert doc["object"] == "error"
-        assert doc["code"] == status
-        assert needle in doc["message"]
-        assert "Traceback" not in doc["message"]
+        assert set(doc) == {"error"}
+        assert set(doc["error"]) == {"message", "type", "param", "code"}
+        assert doc["error"]["code"] == status
+        assert needle in doc["error"]["message"]
+        assert "Traceback" not in doc["error"]["message"]
         assert logs == []
 
     run(body())
@@ -581,7 +613,7 @@ def test_crash_at_concurrency_kills_the_engine() -> None:
         assert not alone.cut
         assert all(s.cut and not s.done for s in pair)
         assert status == 500
-        assert "EngineCore encountered a fatal error" in doc["message"]
+        assert "EngineCore encountered a fatal error" in doc["error"]["message"]
         assert health == 503
         assert "RuntimeError: CUDA error: an illegal memory access was encountered" in logs
         assert any("EngineCore encountered a fatal error" in line for line in logs)
@@ -732,5 +764,258 @@ def test_cli_serves_crashes_at_concurrency_and_stops_on_sigterm() -> None:
         assert process.returncode == 0
         assert "RuntimeError: CUDA error: an illegal memory access was encountered" in rest.decode()
         assert "EngineCore encountered a fatal error" in rest.decode()
+
+    run(body())
+
+
+def test_empty_prompt_is_refused_and_never_hangs() -> None:
+    """An empty prompt is vLLM's 400 at once, and the server keeps answering afterwards."""
+
+    async def body() -> None:
+        async with live() as (url, session):
+            refused = [
+                await post(session, url, "/v1/completions", {"prompt": prompt, "max_tokens": 1})
+                for prompt in ("", [""])
+            ]
+            status, doc = await post(
+                session, url, "/v1/completions", {"prompt": "hi", "max_tokens": 1}
+            )
+        for got, error in refused:
+            assert got == 400
+            assert error["error"]["message"] == "The decoder prompt cannot be empty"
+        assert status == 200
+        assert doc["usage"]["completion_tokens"] == 1
+
+    run(body(), timeout_s=20)
+
+
+def test_a_step_that_computes_nothing_still_delivers_its_token() -> None:
+    """The driver delivers tokens sampled in an empty (zero-token prefill) step: none dropped."""
+
+    async def body() -> None:
+        engine = build_engine(profile(M3_NO_SPEC), seed=0)
+        driven = LiveEngine(
+            engine,
+            time_scale=0.01,
+            faults=Faults(),
+            metrics=ServerMetrics(engine, M3_NAME),
+            log=lambda _line: None,
+        )
+        driver = asyncio.create_task(driven.run())
+        try:
+            ticket = driven.submit("empty", 0, 3, 0.0)
+            got = [await asyncio.wait_for(ticket.queue.get(), 5) for _ in range(3)]
+        finally:
+            driver.cancel()
+        assert [(d.tokens, d.finished) for d in got] == [(1, False), (1, False), (1, True)]
+
+    run(body(), timeout_s=20)
+
+
+def test_live_clock_does_not_drift_late() -> None:
+    """A 400-token stream at time scale 0.05 lasts its summed step durations x 0.05 (within 10%)."""
+
+    async def body() -> None:
+        request = chat("Time me.", max_tokens=400, stream_options=STREAM_ALL)
+        async with live(M3_NO_SPEC, time_scale=0.05) as (url, session):
+            s = await stream(session, url, request)
+            metrics = await scrape(session, url)
+        engine = build_engine(profile(M3_NO_SPEC), seed=0)
+        engine.add(SimRequest("same", s.events[-1]["usage"]["prompt_tokens"], 400))
+        steps_s = 0.0
+        while not engine.idle:
+            steps_s += engine.step().duration_s
+        observed_s = (
+            metrics["vllm:time_to_first_token_seconds_sum"][""]
+            + metrics["vllm:inter_token_latency_seconds_sum"][""]
+        )
+        assert s.done
+        assert observed_s == pytest.approx(steps_s, rel=1e-9)  # metrics on the simulated clock
+        assert s.total_s == pytest.approx(steps_s * 0.05, rel=0.10)
+
+    run(body())
+
+
+def test_each_engine_step_is_one_sse_event() -> None:
+    """A step that crosses from reasoning to content or a tool call is one event carrying both."""
+
+    async def body() -> None:
+        async with live(M3) as (url, session):
+            streams = [
+                await stream(session, url, chat(f"q{n}", max_tokens=n, stream_options=STREAM_ALL))
+                for n in range(20, 36)
+            ]
+            for n in range(8):
+                ask = chat(f"Weather in Paris, day {n}?", tools=TOOLS, stream_options=STREAM_ALL)
+                streams.append(await stream(session, url, ask))
+            metrics = await scrape(session, url)
+        events = [choice for s in streams for choice in s.choices[1:]]  # after the role chunk
+        assert len(events) == deliveries(metrics)
+        assert all(step >= 1 for s in streams for step in s.token_steps[1:])
+        crossing = [e["delta"] for e in events if "reasoning" in e["delta"] and len(e["delta"]) > 1]
+        assert {"content", "tool_calls"} <= {key for delta in crossing for key in delta}
+
+    run(body())
+
+
+def test_role_chunk_arrives_with_the_first_token() -> None:
+    """The role chunk is sent with the first engine output, so the first event marks TTFT."""
+
+    async def body() -> None:
+        async with live(M3_NO_SPEC, time_scale=0.1) as (url, session):
+            s = await stream(session, url, chat(" word" * 30_000, max_tokens=3))
+            metrics = await scrape(session, url)
+        ttft_wall_s = metrics["vllm:time_to_first_token_seconds_sum"][""] * 0.1
+        assert ttft_wall_s > 0.1
+        assert s.choices[0]["delta"] == {"role": "assistant", "content": ""}
+        assert s.arrived_s[0] >= 0.9 * ttft_wall_s
+        assert s.arrived_s[1] - s.arrived_s[0] < 0.005
+
+    run(body())
+
+
+@pytest.mark.parametrize(
+    ("options", "final", "per_chunk"),
+    [
+        (None, False, False),
+        ({}, True, False),
+        ({"include_usage": True}, True, False),
+        ({"continuous_usage_stats": True}, True, True),
+        ({"include_usage": False, "continuous_usage_stats": True}, False, False),
+        ({"include_usage": None}, False, False),
+        (STREAM_ALL, True, True),
+    ],
+)
+def test_stream_options_follow_vllms_usage_rule(
+    options: dict[str, Any] | None, final: bool, per_chunk: bool
+) -> None:
+    """Final usage needs include_usage (true by default inside stream_options); per-chunk both."""
+
+    async def body() -> None:
+        extra = {} if options is None else {"stream_options": options}
+        async with live() as (url, session):
+            streams = [
+                await stream(session, url, chat(max_tokens=8, **extra)),
+                await stream(
+                    session, url, {"prompt": "hi", "max_tokens": 8, **extra}, "completions"
+                ),
+            ]
+        for s in streams:
+            assert s.done
+            finals = [e for e in s.events if not e["choices"]]
+            assert [e["usage"]["completion_tokens"] for e in finals] == [8] * final
+            assert {"usage" in e for e in s.events if e["choices"]} == {per_chunk}
+
+    run(body())
+
+
+def test_null_sampling_fields_mean_their_defaults() -> None:
+    """temperature, n, stream, ignore_eos and min_tokens sent as null take their defaults."""
+
+    async def body() -> None:
+        nulls = dict.fromkeys(("temperature", "n", "stream", "ignore_eos", "min_tokens"))
+        async with live() as (url, session):
+            status, doc = await post(
+                session, url, "/v1/chat/completions", chat(max_tokens=3, **nulls)
+            )
+        assert status == 200
+        assert doc["object"] == "chat.completion"
+        assert doc["usage"]["completion_tokens"] == 3
+
+    run(body())
+
+
+def test_oversized_prompts_are_refused_before_tokenizing() -> None:
+    """A prompt past max_model_len x 32 characters is a 400; a body over 16 MiB a JSON 413."""
+
+    async def body() -> None:
+        async with live(LLAMA) as (url, session):
+            status, doc = await post(
+                session, url, "/v1/completions", {"prompt": "word " * 220_000, "max_tokens": 1}
+            )
+            huge = io.BytesIO(json.dumps({"prompt": "x " * (9 * 1024**2)}).encode())
+            async with session.post(f"{url}/v1/completions", data=huge) as response:
+                big, too_big = response.status, await response.json()
+        assert status == 400
+        assert doc["error"]["message"].startswith(
+            "This model's maximum context length is 32768 tokens. However, your request has "
+            "1100000 characters"
+        )
+        assert big == 413
+        assert too_big["error"]["code"] == 413
+        assert "16 MiB" in too_big["error"]["message"]
+
+    run(body())
+
+
+def test_tokenize_cache_cap_holds_per_insertion(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One /tokenize request cannot grow the id table past its cap."""
+    monkeypatch.setattr(_handlers, "_KNOWN_PIECES_MAX", 10)
+
+    async def body() -> None:
+        text = " ".join(f"zq{i}" for i in range(50))
+        async with live() as (url, session):
+            _, tok = await post(session, url, "/tokenize", {"prompt": text})
+            kept, _ = await post(session, url, "/detokenize", {"tokens": tok["tokens"][:10]})
+            dropped, _ = await post(session, url, "/detokenize", {"tokens": tok["tokens"][10:11]})
+        assert tok["count"] == 50
+        assert (kept, dropped) == (200, 400)
+
+    run(body())
+
+
+async def _running(session: aiohttp.ClientSession, url: str, want: int, within_s: float) -> bool:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + within_s
+    while loop.time() < end:
+        if (await scrape(session, url))["vllm:num_requests_running"][""] == want:
+            return True
+        await asyncio.sleep(0.01)
+    return False
+
+
+def test_a_disconnected_whole_request_is_aborted_in_the_engine() -> None:
+    """Closing the client of a non-streamed request cancels its handler and aborts the request."""
+
+    async def body() -> None:
+        async with live(time_scale=1.0) as (url, session):
+            async with aiohttp.ClientSession() as other:
+                task = asyncio.create_task(
+                    post(other, url, "/v1/chat/completions", chat(max_tokens=100_000))
+                )
+                assert await _running(session, url, 1, within_s=5)
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            assert await _running(session, url, 0, within_s=2)
+
+    run(body())
+
+
+def test_sigterm_with_open_requests_exits_within_two_seconds() -> None:
+    """SIGTERM cuts open streams and whole requests after a short grace; exit 0 in ~2 s."""
+
+    async def body() -> None:
+        process = await _cli("--port", "0")
+        assert process.stderr is not None
+        line = (await asyncio.wait_for(process.stderr.readline(), 30)).decode().strip()
+        url = line.rsplit(" ", 1)[1]
+        loop = asyncio.get_running_loop()
+        async with aiohttp.ClientSession() as session:
+            pending = [
+                *(stream(session, url, chat(f"s{i}", max_tokens=50_000)) for i in range(3)),
+                post(session, url, "/v1/chat/completions", chat(max_tokens=50_000)),
+            ]
+            tasks = [asyncio.create_task(p) for p in pending]
+            assert await _running(session, url, 4, within_s=10)
+            started = loop.time()
+            process.send_signal(signal.SIGTERM)
+            await process.communicate()
+            elapsed_s = loop.time() - started
+            results = await asyncio.gather(*tasks, return_exceptions=True)
+        assert process.returncode == 0
+        assert elapsed_s < 2.5
+        assert all(isinstance(r, Stream) and r.cut and not r.done for r in results[:3])
+        assert isinstance(results[3], aiohttp.ClientError)
 
     run(body())

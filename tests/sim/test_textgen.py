@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import pickle
 import random
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from servekit.sim._schema_args import arguments_for
 from servekit.sim.textgen import (
     MARKERS,
     VOCABULARY,
+    Answer,
     AnswerRequest,
     Message,
     ToolSpec,
@@ -24,6 +26,7 @@ from servekit.sim.textgen import (
     count_tokens,
     detokenize,
     generate_pieces,
+    iter_pieces,
     plan_answer,
     render_chat,
     split_pieces,
@@ -96,10 +99,16 @@ def _plan(**kwargs: object) -> AnswerRequest:
     return AnswerRequest(**{**base, **kwargs})  # type: ignore[arg-type]
 
 
+def _texts(answer: Answer) -> dict[str, str]:
+    """The whole answer's text per kind, read in one chunk."""
+    return {s.kind: s.text for s in answer.reader().take(answer.tokens)}
+
+
 @given(st.text(max_size=200))
 def test_pieces_rejoin_to_the_text(text: str) -> None:
-    """Splitting any text into token pieces loses nothing."""
+    """Splitting any text into token pieces loses nothing; the lazy split is the same."""
     assert "".join(split_pieces(text)) == text
+    assert list(iter_pieces(text)) == split_pieces(text)
 
 
 @given(st.integers(min_value=0, max_value=2**63), st.integers(min_value=0, max_value=300))
@@ -152,19 +161,28 @@ def test_greedy_answers_depend_only_on_the_prompt() -> None:
 def test_thinking_spends_a_quarter_on_reasoning() -> None:
     """With thinking, the first 25% of max_tokens (at least 1, at most n-1) is reasoning."""
     answer = plan_answer(_plan(thinking=True))
-    assert (len(answer.reasoning), len(answer.content), answer.finish_reason) == (10, 30, "length")
-    assert [len(plan_answer(_plan(thinking=True, max_tokens=n)).reasoning) for n in (1, 2, 3)] == [
+    assert (answer.reasoning_tokens, answer.content_tokens, answer.finish_reason) == (
+        10,
+        30,
+        "length",
+    )
+    assert [
+        plan_answer(_plan(thinking=True, max_tokens=n)).reasoning_tokens for n in (1, 2, 3)
+    ] == [
         0,
         1,
         1,
     ]
-    assert plan_answer(_plan()).reasoning == ()
+    assert plan_answer(_plan()).reasoning_tokens == 0
+    texts = _texts(answer)
+    assert (count_tokens(texts["reasoning"]), count_tokens(texts["content"])) == (10, 30)
 
 
 def test_answer_without_max_tokens_stops_by_itself() -> None:
     """No max_tokens: default length (>= min_tokens, <= context left), finish "stop"."""
     answer = plan_answer(_plan(max_tokens=None, default_tokens=50))
-    assert (answer.tokens, answer.finish_reason, answer.content[-1]) == (50, "stop", ".")
+    assert (answer.tokens, answer.finish_reason) == (50, "stop")
+    assert split_pieces(_texts(answer)["content"])[-1] == "."
     assert plan_answer(_plan(max_tokens=None, default_tokens=50, min_tokens=70)).tokens == 70
     assert plan_answer(_plan(max_tokens=None, default_tokens=50, context_left=20)).tokens == 20
     assert plan_answer(_plan(max_tokens=None, ignore_eos=True)).finish_reason == "length"
@@ -222,7 +240,7 @@ def test_tool_answer_is_the_call_or_truncated() -> None:
     full = plan_answer(_plan(tool=WEATHER, thinking=True))
     assert full.finish_reason == "tool_calls"
     assert full.tool_name == "get_weather"
-    assert len(full.reasoning) == 10
+    assert full.reasoning_tokens == 10
     args = "".join(full.tool_pieces)
     jsonschema.validate(json.loads(args), WEATHER.parameters)
     assert count_tokens(args) == len(full.tool_pieces)
@@ -233,14 +251,58 @@ def test_tool_answer_is_the_call_or_truncated() -> None:
 def test_segments_split_a_chunk_at_the_kind_change() -> None:
     """A chunk straddling reasoning and content becomes two segments; garbage replaces text."""
     answer = plan_answer(_plan(thinking=True))
-    segments = answer.segments(8, 4)
+    reader = answer.reader()
+    reader.take(8)
+    segments = reader.take(4)
     assert [(s.kind, s.tokens, s.first) for s in segments] == [
         ("reasoning", 2, False),
         ("content", 2, True),
     ]
-    assert segments[1].text == "".join(answer.content[:2])
-    garbage = answer.segments(8, 4, garbage=True)
+    assert segments[1].text == "".join(generate_pieces(answer.content_seed, 2))
+    garbage_reader = answer.reader()
+    garbage_reader.take(8)
+    garbage = garbage_reader.take(4, garbage=True)
     assert all("\x00" in s.text and "\ufffd" in s.text for s in garbage)
+
+
+@settings(max_examples=60)
+@given(
+    st.lists(st.integers(min_value=1, max_value=9), min_size=1, max_size=40),
+    st.booleans(),
+    st.sampled_from([None, 3, 60, 200]),
+)
+def test_lazy_text_is_the_same_however_it_is_chunked(
+    chunks: list[int], thinking: bool, max_tokens: int | None
+) -> None:
+    """Reading an answer in any chunk sizes gives the same text as reading it whole."""
+    answer = plan_answer(_plan(thinking=thinking, max_tokens=max_tokens, default_tokens=90))
+    reader = answer.reader()
+    parts: dict[str, str] = {}
+    sizes = iter(chunks * (answer.tokens // len(chunks) + 1))
+    while reader.delivered < answer.tokens:
+        for segment in reader.take(next(sizes)):
+            parts[segment.kind] = parts.get(segment.kind, "") + segment.text
+    assert parts == _texts(answer)
+    assert sum(count_tokens(text) for text in parts.values()) == answer.tokens
+
+
+def test_lazy_text_matches_the_seeded_generator() -> None:
+    """An answer's text is exactly the pieces of its seeds (the same tokens as before)."""
+    answer = plan_answer(_plan(thinking=True, max_tokens=300, temperature=0.5, seed=4))
+    texts = _texts(answer)
+    assert texts["reasoning"] == "".join(generate_pieces(answer.reasoning_seed, 75))
+    assert texts["content"] == "".join(generate_pieces(answer.content_seed, 225))
+    assert generate_pieces(7, 40) == generate_pieces(7, 400)[:40]
+
+
+def test_a_huge_answer_plan_holds_no_text() -> None:
+    """max_tokens=130000 plans in O(1) memory; the text is only generated as it is read."""
+    answer = plan_answer(_plan(thinking=True, max_tokens=130_000, context_left=131_000))
+    assert answer.tokens == 130_000
+    assert len(pickle.dumps(answer)) < 1_000
+    reader = answer.reader()
+    first = reader.take(4)
+    assert [(s.kind, s.tokens) for s in first] == [("reasoning", 4)]
 
 
 @pytest.mark.parametrize("module", ["textgen.py", "_schema_args.py", "faults.py", "_openai.py"])

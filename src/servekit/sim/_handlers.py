@@ -27,7 +27,14 @@ from servekit.profiles.schema import Profile
 from servekit.sim import _openai as wire
 from servekit.sim._live_engine import LiveEngine
 from servekit.sim._metrics import CONTENT_TYPE, ServerMetrics
-from servekit.sim._respond import HttpError, Reply, engine_dead, stream_reply, whole_reply
+from servekit.sim._respond import (
+    HttpError,
+    Reply,
+    engine_dead,
+    read_json,
+    stream_reply,
+    whole_reply,
+)
 from servekit.sim.build import build_engine
 from servekit.sim.faults import Faults
 from servekit.sim.textgen import (
@@ -35,17 +42,22 @@ from servekit.sim.textgen import (
     AnswerRequest,
     ToolSpec,
     choose_tool,
-    count_tokens,
     detokenize,
+    iter_pieces,
     plan_answer,
     render_chat,
-    split_pieces,
     thinking_enabled,
     token_id,
 )
 
 DEFAULT_MAX_TOKENS = 256
+# Seconds in-flight requests get to finish when the server shuts down; then they are cut.
+SHUTDOWN_GRACE_S = 1.5
+# A prompt longer than this many characters per token of max_model_len cannot fit, so it
+# is refused before tokenizing (real tokenizers average 3-5 characters per token).
+MAX_CHARS_PER_TOKEN = 32
 _KNOWN_PIECES_MAX = 200_000
+_YIELD_EVERY = 16_384  # pieces tokenized between yields to the event loop
 ModelT = TypeVar("ModelT", bound=BaseModel)
 Log = Callable[[str], None]
 
@@ -55,15 +67,31 @@ def log_to_stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def _bad_request(message: str) -> HttpError:
-    return HttpError(400, wire.error_body(message))
+def _bad_request(message: str, param: str | None = None) -> HttpError:
+    return HttpError(400, message, param=param)
+
+
+async def _count_tokens(text: str) -> int:
+    """Count a text's tokens, letting other tasks run now and then on long texts."""
+    count = 0
+    for count, _ in enumerate(iter_pieces(text), start=1):
+        if count % _YIELD_EVERY == 0:
+            await asyncio.sleep(0)
+    return count
 
 
 class SimServer:
     """Request handlers and state of one simulated server."""
 
     def __init__(
-        self, profile: Profile, *, seed: int, time_scale: float, faults: Faults, log: Log
+        self,
+        profile: Profile,
+        *,
+        seed: int,
+        time_scale: float,
+        faults: Faults,
+        log: Log,
+        shutdown_grace_s: float = SHUTDOWN_GRACE_S,
     ) -> None:
         self.profile = profile
         self.engine = build_engine(profile, seed=seed)
@@ -81,6 +109,8 @@ class SimServer:
         self._seeds = random.Random(seed)
         self._drops = random.Random(seed ^ 0x5EED)
         self._known: dict[int, str] = {}
+        self._inflight: set[asyncio.Task[object]] = set()
+        self._grace_s = shutdown_grace_s
 
     # ---- plumbing ------------------------------------------------------------------------
 
@@ -92,6 +122,33 @@ class SimServer:
         driver.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await driver
+
+    async def shutdown(self, app: web.Application) -> None:
+        """On shutdown: let in-flight requests finish for a grace period, then cut them.
+
+        Cancelling a handler aborts its request in the engine and closes its connection, so
+        shutdown takes at most the grace period however long the open answers are.
+        """
+        if self._inflight:
+            await asyncio.wait(set(self._inflight), timeout=self._grace_s)
+        for task in self._inflight:
+            task.cancel()
+        if self._inflight:
+            await asyncio.wait(set(self._inflight), timeout=self._grace_s)
+
+    @web.middleware
+    async def tracked(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        """Remember each request's task while it runs, for `shutdown`."""
+        task = asyncio.current_task()
+        if task is None:  # pragma: no cover - aiohttp always runs handlers in a task
+            return await handler(request)
+        self._inflight.add(task)
+        try:
+            return await handler(request)
+        finally:
+            self._inflight.discard(task)
 
     @web.middleware
     async def errors(
@@ -107,31 +164,20 @@ class SimServer:
         except Exception as exc:
             for line in traceback.format_exc().splitlines():
                 self.log(line)
-            body = wire.error_body(
-                f"internal error in the simulator: {exc}", kind="InternalServerError", code=500
-            )
-            return web.json_response(body, status=500)
+            message = f"internal error in the simulator: {exc}"
+            error = HttpError(500, message, kind="InternalServerError")
+            return web.json_response(error.body, status=500)
 
     async def _parse(self, request: web.Request, model: type[ModelT]) -> ModelT:
-        try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise _bad_request(f"the request body is not valid JSON: {exc}") from None
+        body = await read_json(request)
         try:
             parsed = model.model_validate(body)
         except ValidationError as exc:
             raise _bad_request(wire.describe_validation_error(exc)) from None
         name = getattr(parsed, "model", None)
         if name is not None and name != self.model_name:
-            raise HttpError(
-                404,
-                wire.error_body(
-                    f"The model `{name}` does not exist.",
-                    kind="NotFoundError",
-                    code=404,
-                    param="model",
-                ),
-            )
+            message = f"The model `{name}` does not exist."
+            raise HttpError(404, message, kind="NotFoundError", param="model")
         return parsed
 
     def _check_serving(self) -> None:
@@ -139,7 +185,27 @@ class SimServer:
             raise engine_dead()
         if asyncio.get_running_loop().time() < self.ready_at:
             message = "the server is still starting"
-            raise HttpError(503, wire.error_body(message, kind="ServiceUnavailableError", code=503))
+            raise HttpError(503, message, kind="ServiceUnavailableError")
+
+    async def _prompt_tokens(self, text: str) -> int:
+        """The prompt's token count, refusing prompts that are empty or far too long.
+
+        Raises:
+            HttpError: 400 for an empty prompt (vLLM refuses them too) or one with more
+                characters than max_model_len tokens could hold.
+        """
+        bound = self.max_model_len * MAX_CHARS_PER_TOKEN
+        if len(text) > bound:
+            raise _bad_request(
+                f"This model's maximum context length is {self.max_model_len} tokens. However, "
+                f"your request has {len(text)} characters of input, more than {bound} "
+                f"({MAX_CHARS_PER_TOKEN} per token) can hold. Please reduce the length of the "
+                "input messages."
+            )
+        tokens = await _count_tokens(text)
+        if tokens == 0:
+            raise _bad_request("The decoder prompt cannot be empty", param="prompt")
+        return tokens
 
     # ---- generation ----------------------------------------------------------------------
 
@@ -163,7 +229,7 @@ class SimServer:
         thinking = thinking_enabled(
             args.reasoning_parser, args.default_chat_template_kwargs, req.chat_template_kwargs
         )
-        prompt_tokens = count_tokens(prompt)
+        prompt_tokens = await self._prompt_tokens(prompt)
         answer = self._plan(prompt, prompt_tokens, req, req.output_limit, thinking, tool)
         return await self._respond(request, req, prompt_tokens, answer, chat=True)
 
@@ -172,12 +238,13 @@ class SimServer:
         req = await self._parse(request, wire.CompletionRequest)
         self._check_serving()
         if isinstance(req.prompt, str):
-            prompt, prompt_tokens = req.prompt, count_tokens(req.prompt)
+            prompt = req.prompt
+            prompt_tokens = await self._prompt_tokens(prompt)
         elif all(isinstance(p, int) for p in req.prompt):
             prompt, prompt_tokens = " ".join(map(str, req.prompt)), len(req.prompt)
         else:
             prompt = str(req.prompt[0])
-            prompt_tokens = count_tokens(prompt)
+            prompt_tokens = await self._prompt_tokens(prompt)
         answer = self._plan(prompt, prompt_tokens, req, req.max_tokens, False, None)
         return await self._respond(request, req, prompt_tokens, answer, chat=False)
 
@@ -227,9 +294,8 @@ class SimServer:
         try:
             reply = Reply(self.model_name, prompt_tokens, answer, chat)
             if req.stream:
-                options = req.stream_options or wire.StreamOptions()
                 cut_at = self._cut_point(answer.tokens)
-                return await stream_reply(request, reply, ticket, options, cut_at)
+                return await stream_reply(request, reply, ticket, req.stream_options, cut_at)
             return await whole_reply(reply, ticket)
         finally:
             self.live.release(rid)
@@ -247,7 +313,8 @@ class SimServer:
         try:
             self._check_serving()
         except HttpError as exc:
-            return web.json_response({**exc.body, "code": 503}, status=503)
+            error = HttpError(503, exc.message, kind="ServiceUnavailableError")
+            return web.json_response(error.body, status=503)
         return web.Response(status=200)
 
     async def models(self, request: web.Request) -> web.StreamResponse:
@@ -277,10 +344,16 @@ class SimServer:
             text = render_chat([m.to_message() for m in req.messages], tools)
         else:
             text = req.prompt or ""
-        pieces = split_pieces(text)
-        ids = [token_id(piece) for piece in pieces]
-        if len(self._known) < _KNOWN_PIECES_MAX:
-            self._known.update(zip(ids, pieces, strict=True))
+        ids = []
+        known = self._known
+        for count, piece in enumerate(iter_pieces(text), start=1):
+            ident = token_id(piece)
+            ids.append(ident)
+            # The cap holds per insertion, so no single request can grow the table past it.
+            if ident not in known and len(known) < _KNOWN_PIECES_MAX:
+                known[ident] = piece
+            if count % _YIELD_EVERY == 0:
+                await asyncio.sleep(0)
         return web.json_response(
             {
                 "count": len(ids),

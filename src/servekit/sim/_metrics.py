@@ -1,8 +1,9 @@
 """Prometheus metrics of the live simulator (shell): vLLM's `vllm:*` series.
 
 Gauges and counters are read from the engine at scrape time; the latency histograms are
-observed as tokens are delivered, in simulated seconds (wall seconds / time scale), so a
-sped-up simulator reports the latencies of the GPUs it models. Each server has its own
+observed as tokens are delivered, on the simulated clock (the sum of step durations since
+the request arrived), so a sped-up simulator reports the latencies of the GPUs it models,
+free of event-loop jitter. Each server has its own
 registry, so several servers in one process never share series.
 """
 

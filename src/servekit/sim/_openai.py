@@ -8,9 +8,19 @@ presence_penalty, logprobs, ...). Responses are plain dicts shaped like vLLM's.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from servekit.sim.textgen import Message, Segment, ToolSpec
 
@@ -80,10 +90,25 @@ class NamedToolChoice(_Lenient):
 
 
 class StreamOptions(_Lenient):
-    """`stream_options` (vLLM adds continuous_usage_stats)."""
+    """`stream_options`, with vLLM's defaults (include_usage true once the object is sent)."""
 
-    include_usage: bool = False
-    continuous_usage_stats: bool = False
+    include_usage: bool | None = True
+    continuous_usage_stats: bool | None = False
+
+
+def usage_flags(options: StreamOptions | None) -> tuple[bool, bool]:
+    """(final usage chunk, usage on every chunk) for a stream, by vLLM's rule.
+
+    No `stream_options` means no usage at all; per-chunk usage needs both flags.
+    """
+    if options is None:
+        return False, False
+    include = bool(options.include_usage)
+    return include, include and bool(options.continuous_usage_stats)
+
+
+# Fields where JSON null means "the default", as vLLM's optional fields do.
+_NULL_MEANS_DEFAULT = frozenset({"temperature", "n", "stream", "ignore_eos", "min_tokens"})
 
 
 class _Sampling(_Lenient):
@@ -91,11 +116,18 @@ class _Sampling(_Lenient):
     max_tokens: int | None = Field(default=None, ge=1)
     min_tokens: int = Field(default=0, ge=0)
     ignore_eos: bool = False
-    temperature: float = Field(default=1.0, ge=0)
+    temperature: float = Field(default=1.0, ge=0, allow_inf_nan=False)
     seed: int | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int = 1
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_nulls(cls, data: object) -> object:
+        if isinstance(data, dict):
+            return {k: v for k, v in data.items() if v is not None or k not in _NULL_MEANS_DEFAULT}
+        return data
 
     @field_validator("n")
     @classmethod
@@ -113,6 +145,15 @@ class ChatRequest(_Sampling):
     tools: list[ToolIn] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     chat_template_kwargs: dict[str, JsonValue] | None = None
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _needs_tools(
+        cls, value: str | NamedToolChoice | None, info: ValidationInfo
+    ) -> str | NamedToolChoice | None:
+        if value not in (None, "none") and info.data.get("tools") is None:
+            raise ValueError("When using `tool_choice`, `tools` must be set.")
+        return value
 
     @property
     def output_limit(self) -> int | None:
@@ -173,8 +214,8 @@ def describe_validation_error(exc: ValidationError) -> str:
 def error_body(
     message: str, *, kind: str = "BadRequestError", code: int = 400, param: str | None = None
 ) -> dict[str, JsonValue]:
-    """vLLM's error response body."""
-    return {"object": "error", "message": message, "type": kind, "param": param, "code": code}
+    """vLLM's (and OpenAI's) error response body: `{"error": {message, type, param, code}}`."""
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
 def context_length_message(max_model_len: int, prompt_tokens: int, max_tokens: int | None) -> str:
@@ -201,21 +242,22 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, JsonValue]:
     }
 
 
-def chat_delta(segment: Segment, *, call_id: str, tool_name: str | None) -> dict[str, JsonValue]:
-    """The `delta` of a chat chunk carrying one segment of the answer."""
-    if segment.kind == "reasoning":
-        return {"reasoning": segment.text}
-    if segment.kind == "content":
-        return {"content": segment.text}
-    call: dict[str, JsonValue] = {"index": 0, "function": {"arguments": segment.text}}
-    if segment.first:
-        call = {
-            "index": 0,
-            "id": call_id,
-            "type": "function",
-            "function": {"name": tool_name, "arguments": segment.text},
-        }
-    return {"tool_calls": [call]}
+def chat_delta(
+    segments: Sequence[Segment], *, call_id: str, tool_name: str | None
+) -> dict[str, JsonValue]:
+    """The `delta` of the chat chunk of one engine step (reasoning, content and tool call)."""
+    delta: dict[str, JsonValue] = {}
+    for segment in segments:
+        if segment.kind != "tool":
+            delta[segment.kind] = segment.text
+            continue
+        function: dict[str, JsonValue] = {"arguments": segment.text}
+        call: dict[str, JsonValue] = {"index": 0, "function": function}
+        if segment.first:
+            call = {"index": 0, "id": call_id, "type": "function", "function": function}
+            function["name"] = tool_name
+        delta["tool_calls"] = [call]
+    return delta
 
 
 def chat_chunk(

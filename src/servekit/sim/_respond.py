@@ -1,8 +1,13 @@
-"""Engine deliveries to HTTP answers (shell): server-sent event streams and whole JSON bodies."""
+"""The HTTP edges of the live simulator (shell).
+
+Reads request bodies (size limit, UTF-8, JSON, valid Unicode) and turns the engine's
+deliveries into answers: server-sent event streams or whole JSON bodies.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from dataclasses import dataclass
@@ -12,16 +17,67 @@ from pydantic import JsonValue
 
 from servekit.sim import _openai as wire
 from servekit.sim._live_engine import Ticket
-from servekit.sim.textgen import Answer
+from servekit.sim.textgen import Answer, Segment
+
+MAX_BODY_BYTES = 16 * 1024**2
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 class HttpError(Exception):
     """An error answer: HTTP status and vLLM-shaped body."""
 
-    def __init__(self, status: int, body: dict[str, JsonValue]) -> None:
-        super().__init__(body.get("message"))
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        kind: str = "BadRequestError",
+        param: str | None = None,
+    ) -> None:
+        super().__init__(message)
         self.status = status
-        self.body = body
+        self.message = message
+        self.body = wire.error_body(message, kind=kind, code=status, param=param)
+
+
+def _has_lone_surrogate(document: object) -> bool:
+    try:
+        json.dumps(document, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+async def read_json(request: web.Request) -> object:
+    """The request's JSON body.
+
+    Raises:
+        HttpError: 413 over MAX_BODY_BYTES (the app's client_max_size); 400 for a body that
+            is not UTF-8, not JSON, or holds a lone UTF-16 surrogate (`"\\ud800"`), which no
+            tokenizer can encode.
+    """
+    try:
+        text = await request.text()
+    except web.HTTPRequestEntityTooLarge:
+        raise HttpError(
+            413,
+            f"the request body is over the simulator's {MAX_BODY_BYTES // 1024**2} MiB limit; "
+            "send a shorter prompt",
+        ) from None
+    except (UnicodeDecodeError, LookupError) as exc:
+        raise HttpError(400, f"the request body is not valid UTF-8 text: {exc}") from None
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise HttpError(400, f"the request body is not valid JSON: {exc}") from None
+    # Only a \uD800-\uDFFF escape can smuggle a surrogate in, so most bodies skip the check.
+    if _SURROGATE_ESCAPE.search(text) and _has_lone_surrogate(document):
+        raise HttpError(
+            400,
+            "the request body contains a lone UTF-16 surrogate escape (e.g. \\ud800), which is "
+            "not valid Unicode; send valid UTF-8 text",
+        )
+    return document
 
 
 def engine_dead() -> HttpError:
@@ -29,7 +85,7 @@ def engine_dead() -> HttpError:
     message = (
         "EngineCore encountered a fatal error: CUDA error: an illegal memory access was encountered"
     )
-    return HttpError(500, wire.error_body(message, kind="InternalServerError", code=500))
+    return HttpError(500, message, kind="InternalServerError")
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,77 +104,93 @@ def _abort(request: web.Request) -> None:
         request.transport.abort()
 
 
+class _Chunks:
+    """Builds the streamed chunks of one reply (chat or completions)."""
+
+    def __init__(self, reply: Reply, rid: str, continuous_usage: bool) -> None:
+        self.reply = reply
+        self.rid = rid
+        self.created = int(time.time())
+        self.call_id = f"chatcmpl-tool-{uuid.uuid4().hex[:24]}"
+        self.continuous_usage = continuous_usage
+
+    def _usage(self, done: int) -> dict[str, JsonValue] | None:
+        return wire.usage(self.reply.prompt_tokens, done) if self.continuous_usage else None
+
+    def role(self) -> bytes:
+        """The chat stream's first event: the assistant role, no tokens yet."""
+        delta: dict[str, JsonValue] = {"role": "assistant", "content": ""}
+        r = self.reply
+        doc = wire.chat_chunk(self.rid, self.created, r.model, delta, usage_doc=self._usage(0))
+        return wire.sse(doc)
+
+    def step(self, segments: list[Segment], done: int, finish: str | None) -> bytes:
+        """The one event of one engine step, whatever kinds of text it carries."""
+        r = self.reply
+        if r.chat:
+            delta = wire.chat_delta(segments, call_id=self.call_id, tool_name=r.answer.tool_name)
+            doc = wire.chat_chunk(
+                self.rid, self.created, r.model, delta,
+                finish_reason=finish, usage_doc=self._usage(done),
+            )  # fmt: skip
+        else:
+            text = "".join(segment.text for segment in segments)
+            doc = wire.completion_chunk(
+                self.rid, self.created, r.model, text,
+                finish_reason=finish, usage_doc=self._usage(done),
+            )  # fmt: skip
+        return wire.sse(doc)
+
+    def final_usage(self, done: int) -> bytes:
+        """The usage-only chunk after the last step (empty choices)."""
+        r = self.reply
+        make = wire.chat_chunk if r.chat else wire.completion_chunk
+        total = wire.usage(r.prompt_tokens, done)
+        return wire.sse(make(self.rid, self.created, r.model, None, usage_doc=total))
+
+
 async def stream_reply(
     request: web.Request,
     reply: Reply,
     ticket: Ticket,
-    options: wire.StreamOptions,
+    options: wire.StreamOptions | None,
     cut_at: int | None,
 ) -> web.StreamResponse:
-    """Stream a reply as server-sent events, one event per kind of text in each delivery.
+    """Stream a reply as server-sent events, one event per engine step.
 
-    The connection is cut without `[DONE]` when the engine crashes or at `cut_at` tokens.
+    Like vLLM, the chat role chunk goes out with the first engine output (in the same write),
+    so the first event marks the real time to first token. Usage follows vLLM's
+    `stream_options` rule (`wire.usage_flags`). The connection is cut without `[DONE]` when
+    the engine crashes or at `cut_at` tokens.
     """
-    answer, chat, model, prompt_tokens = reply.answer, reply.chat, reply.model, reply.prompt_tokens
-    created = int(time.time())
-    call_id = f"chatcmpl-tool-{uuid.uuid4().hex[:24]}"
+    include_usage, continuous_usage = wire.usage_flags(options)
+    chunks = _Chunks(reply, ticket.id, continuous_usage)
     response = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
     )
     await response.prepare(request)
-
-    def usage_now(done: int) -> dict[str, JsonValue] | None:
-        return wire.usage(prompt_tokens, done) if options.continuous_usage_stats else None
-
+    reader = reply.answer.reader()
+    head = chunks.role() if reply.chat else b""
     try:
-        if chat:
-            role: dict[str, JsonValue] = {"role": "assistant", "content": ""}
-            first = wire.chat_chunk(ticket.id, created, model, role, usage_doc=usage_now(0))
-            await response.write(wire.sse(first))
-        delivered = 0
         while True:
-            if cut_at is not None and delivered >= cut_at:
+            if cut_at is not None and reader.delivered >= cut_at:
                 _abort(request)
                 return response
             item = await ticket.queue.get()
             if item.crashed:
                 _abort(request)
                 return response
-            segments = answer.segments(delivered, item.tokens, garbage=ticket.corrupted)
-            for index, segment in enumerate(segments):
-                delivered += segment.tokens
-                last = item.finished and index == len(segments) - 1
-                finish = answer.finish_reason if last else None
-                if chat:
-                    delta = wire.chat_delta(segment, call_id=call_id, tool_name=answer.tool_name)
-                    doc = wire.chat_chunk(
-                        ticket.id,
-                        created,
-                        model,
-                        delta,
-                        finish_reason=finish,
-                        usage_doc=usage_now(delivered),
-                    )
-                else:
-                    doc = wire.completion_chunk(
-                        ticket.id,
-                        created,
-                        model,
-                        segment.text,
-                        finish_reason=finish,
-                        usage_doc=usage_now(delivered),
-                    )
-                await response.write(wire.sse(doc))
+            segments = reader.take(item.tokens, garbage=ticket.corrupted)
+            finish = reply.answer.finish_reason if item.finished else None
+            await response.write(head + chunks.step(segments, reader.delivered, finish))
+            head = b""
             if item.finished:
                 break
-        if options.include_usage:
-            total = wire.usage(prompt_tokens, delivered)
-            make = wire.chat_chunk if chat else wire.completion_chunk
-            await response.write(wire.sse(make(ticket.id, created, model, None, usage_doc=total)))
-        await response.write(wire.SSE_DONE)
+        tail = chunks.final_usage(reader.delivered) if include_usage else b""
+        await response.write(tail + wire.SSE_DONE)
         await response.write_eof()
     except ConnectionResetError:
-        pass  # the client went away; its request runs out in the engine unseen
+        pass  # the client went away; the caller releases (aborts) its request
     return response
 
 
@@ -130,18 +202,17 @@ async def whole_reply(reply: Reply, ticket: Ticket) -> web.StreamResponse:
     """
     answer, chat, model, prompt_tokens = reply.answer, reply.chat, reply.model, reply.prompt_tokens
     texts: dict[str, list[str]] = {}
-    delivered = 0
+    reader = answer.reader()
     while True:
         item = await ticket.queue.get()
         if item.crashed:
             raise engine_dead()
-        for segment in answer.segments(delivered, item.tokens, garbage=ticket.corrupted):
+        for segment in reader.take(item.tokens, garbage=ticket.corrupted):
             texts.setdefault(segment.kind, []).append(segment.text)
-            delivered += segment.tokens
         if item.finished:
             break
     joined = {kind: "".join(parts) for kind, parts in texts.items()}
-    usage_doc = wire.usage(prompt_tokens, delivered)
+    usage_doc = wire.usage(prompt_tokens, reader.delivered)
     created = int(time.time())
     if chat:
         body = wire.chat_completion(

@@ -23,10 +23,13 @@ from aiohttp import web
 from servekit.errors import SimulationError
 from servekit.hardware import lookup_gpu
 from servekit.profiles.schema import Profile
-from servekit.sim._handlers import Log, SimServer, log_to_stderr
+from servekit.sim._handlers import SHUTDOWN_GRACE_S, Log, SimServer, log_to_stderr
+from servekit.sim._respond import MAX_BODY_BYTES
 from servekit.sim.faults import Faults
 
-SHUTDOWN_TIMEOUT_S = 2.0
+# aiohttp's own per-connection shutdown wait; `SimServer.shutdown` has already cut every
+# request after SHUTDOWN_GRACE_S by then, so it is a backstop, not a delay.
+SHUTDOWN_TIMEOUT_S = 0.5
 
 
 def make_app(
@@ -36,8 +39,9 @@ def make_app(
     time_scale: float = 1.0,
     faults: Faults | None = None,
     log: Log = log_to_stderr,
+    shutdown_grace_s: float = SHUTDOWN_GRACE_S,
 ) -> web.Application:
-    """Build the simulated server's aiohttp application.
+    """Build the simulated server's aiohttp application (serve it with `make_runner`).
 
     Args:
         profile: the deployment to simulate (engine limits, KV pool, served model name).
@@ -45,6 +49,7 @@ def make_app(
         time_scale: wall seconds per simulated second (0.1 runs ten times faster).
         faults: faults to inject; `slow-start` here gives only the /health 503 phase.
         log: where server log lines go (stderr by default).
+        shutdown_grace_s: on shutdown, seconds in-flight requests get before they are cut.
 
     Raises:
         SimulationError: time_scale is not positive, or the profile cannot be simulated.
@@ -52,10 +57,14 @@ def make_app(
     if not time_scale > 0:
         raise SimulationError(f"time_scale {time_scale} must be positive", fix="use e.g. 1.0")
     server = SimServer(
-        profile, seed=seed, time_scale=time_scale, faults=faults or Faults(), log=log
+        profile, seed=seed, time_scale=time_scale, faults=faults or Faults(), log=log,
+        shutdown_grace_s=shutdown_grace_s,
+    )  # fmt: skip
+    app = web.Application(
+        middlewares=[server.tracked, server.errors], client_max_size=MAX_BODY_BYTES
     )
-    app = web.Application(middlewares=[server.errors], client_max_size=64 * 1024**2)
     app.cleanup_ctx.append(server.lifecycle)
+    app.on_shutdown.append(server.shutdown)
     app.router.add_post("/v1/chat/completions", server.chat)
     app.router.add_post("/v1/completions", server.completions)
     app.router.add_get("/v1/models", server.models)
@@ -65,6 +74,21 @@ def make_app(
     app.router.add_post("/detokenize", server.detokenize)
     app.router.add_get("/metrics", server.metrics_text)
     return app
+
+
+def make_runner(app: web.Application) -> web.AppRunner:
+    """The runner for a simulated server's app.
+
+    A handler is cancelled when its client disconnects (aiohttp does not do this by
+    default), which aborts its request in the engine as vLLM does.
+    """
+    return web.AppRunner(
+        app,
+        access_log=None,
+        handle_signals=False,
+        shutdown_timeout=SHUTDOWN_TIMEOUT_S,
+        handler_cancellation=True,
+    )
 
 
 def oom_lines(profile: Profile) -> list[str]:
@@ -138,9 +162,7 @@ async def serve_async(
             fix="drop --fault oom-at-startup",
         )
     app = make_app(profile, seed=seed, time_scale=time_scale, faults=faults, log=log)
-    runner = web.AppRunner(
-        app, access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_TIMEOUT_S
-    )
+    runner = make_runner(app)
     await runner.setup()
     try:
         try:

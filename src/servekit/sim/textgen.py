@@ -5,20 +5,22 @@ the whitespace before it attached) and names each piece by a stable BLAKE2 hash,
 counts and ids are the same in every process. Generated text uses one piece per token, so
 re-tokenizing an answer gives back exactly the token count the engine produced.
 
-An answer is planned in full before the engine runs it: reasoning pieces, content pieces or
-tool-call argument pieces, and the finish reason. Greedy answers (temperature 0) depend only
-on the prompt text (and the requested length), never on concurrency or timing; sampled
-answers also mix in the request's own seed. Streaming then only slices the plan by the
-number of tokens each engine step delivered.
+An answer is planned before the engine runs it (tokens of reasoning, content or tool-call
+arguments, the finish reason and the seeds of its text); the text itself is generated
+lazily, chunk by chunk as the engine delivers tokens, so a long answer never sits in memory
+whole. Greedy answers (temperature 0) depend only on the prompt text (and the requested
+length), never on concurrency or timing; sampled answers also mix in the request's own
+seed.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import random
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -62,6 +64,11 @@ _CITIES = ("Paris", "Berlin", "Tokyo", "Lima", "Nairobi", "Oslo", "Toronto", "Sy
 def split_pieces(text: str) -> list[str]:
     """Split text into token pieces; joining them gives the text back exactly."""
     return _PIECE.findall(text)
+
+
+def iter_pieces(text: str) -> Iterator[str]:
+    """Yield the token pieces of a text one by one (`split_pieces`, lazily)."""
+    return (match.group() for match in _PIECE.finditer(text))
 
 
 def stable_seed(*parts: str) -> int:
@@ -206,19 +213,28 @@ def choose_tool(
     return max(tools, key=hits)  # the first of the best-matching tools
 
 
-def generate_pieces(seed: int, n: int) -> list[str]:
-    """Return n pieces (one token each) of plausible English sentences."""
+def iter_generated(seed: int) -> Iterator[str]:
+    """Yield pieces (one token each) of plausible English sentences, without end.
+
+    Sentences are drawn one at a time, so taking n pieces costs O(n) time and O(sentence)
+    memory; the first n pieces are the same however they are taken.
+    """
     rng = random.Random(seed)
-    pieces: list[str] = []
-    while len(pieces) < n:
+    first = True
+    while True:
         words = [rng.choice(LEXICON) for _ in range(rng.randint(5, 14))]
-        pieces.append(words[0].capitalize() if not pieces else " " + words[0].capitalize())
+        yield words[0].capitalize() if first else " " + words[0].capitalize()
+        first = False
         for index, word in enumerate(words[1:], start=1):
-            pieces.append(" " + word)
+            yield " " + word
             if index < len(words) - 1 and rng.random() < 0.07:
-                pieces.append(",")
-        pieces.append(".")
-    return pieces[:n]
+                yield ","
+        yield "."
+
+
+def generate_pieces(seed: int, n: int) -> list[str]:
+    """Return the first n pieces of `iter_generated(seed)`."""
+    return list(itertools.islice(iter_generated(seed), n))
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,47 +278,79 @@ class Segment:
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    """A planned answer: one piece per output token, in order reasoning, content, tool."""
+    """A planned answer: its length per kind and how to generate its text, not the text.
 
-    reasoning: tuple[str, ...]
-    content: tuple[str, ...]
+    Output tokens come in order reasoning, content, tool-call arguments. Reasoning and
+    content are drawn lazily from `iter_generated` with their seeds (see `AnswerReader`),
+    so a plan is small whatever max_tokens is; tool arguments are short and kept whole.
+    """
+
+    reasoning_tokens: int
+    content_tokens: int
     tool_name: str | None
     tool_pieces: tuple[str, ...]
     finish_reason: Literal["length", "stop", "tool_calls"]
+    reasoning_seed: int = 0
+    content_seed: int = 0
 
     @property
     def tokens(self) -> int:
         """Output tokens of the whole answer."""
-        return len(self.reasoning) + len(self.content) + len(self.tool_pieces)
+        return self.reasoning_tokens + self.content_tokens + len(self.tool_pieces)
 
-    def segments(self, start: int, count: int, *, garbage: bool = False) -> list[Segment]:
-        """Split output tokens [start, start+count) into runs of one kind.
+    def reader(self) -> AnswerReader:
+        """A cursor that generates the answer's text chunk by chunk, from the start."""
+        return AnswerReader(self)
+
+
+class AnswerReader:
+    """Generates an answer's text in delivery order, O(chunk) work and memory per call."""
+
+    def __init__(self, answer: Answer) -> None:
+        self.answer = answer
+        self.delivered = 0
+        self._reasoning = iter_generated(answer.reasoning_seed)
+        self._content = iter_generated(answer.content_seed)
+
+    def _pieces(self, kind: Kind, lo: int, hi: int) -> list[str]:
+        answer = self.answer
+        if kind == "tool":
+            return list(answer.tool_pieces[lo:hi])
+        source = self._reasoning if kind == "reasoning" else self._content
+        pieces = list(itertools.islice(source, hi - lo))
+        # A natural ("stop") answer ends its sentence, as plan_answer promises.
+        if kind == "content" and answer.finish_reason == "stop" and hi == answer.content_tokens > 1:
+            pieces[-1] = "."
+        return pieces
+
+    def take(self, count: int, *, garbage: bool = False) -> list[Segment]:
+        """Generate the next `count` output tokens, split into runs of one kind.
 
         Args:
-            start: tokens already delivered.
-            count: tokens in this chunk.
+            count: tokens in this chunk (fewer if the answer ends first).
             garbage: replace the text by NUL bytes and U+FFFD (a corrupted request).
         """
-        out: list[Segment] = []
-        offset = 0
-        kinds: tuple[tuple[Kind, tuple[str, ...]], ...] = (
-            ("reasoning", self.reasoning),
-            ("content", self.content),
-            ("tool", self.tool_pieces),
+        answer = self.answer
+        start, out, offset = self.delivered, [], 0
+        sizes: tuple[tuple[Kind, int], ...] = (
+            ("reasoning", answer.reasoning_tokens),
+            ("content", answer.content_tokens),
+            ("tool", len(answer.tool_pieces)),
         )
-        for kind, pieces in kinds:
+        for kind, size in sizes:
             lo = max(start, offset)
-            hi = min(start + count, offset + len(pieces))
+            hi = min(start + count, offset + size)
             if lo < hi:
-                part = pieces[lo - offset : hi - offset]
-                text = GARBAGE_PIECE * len(part) if garbage else "".join(part)
+                pieces = self._pieces(kind, lo - offset, hi - offset)
+                text = GARBAGE_PIECE * len(pieces) if garbage else "".join(pieces)
                 out.append(Segment(kind, text, hi - lo, lo == offset))
-            offset += len(pieces)
+                self.delivered += hi - lo
+            offset += size
         return out
 
 
 def plan_answer(request: AnswerRequest) -> Answer:
-    """Plan the whole answer to a request.
+    """Plan the answer to a request (its lengths and seeds; text comes from its reader).
 
     With max_tokens the answer is exactly that long (as with `ignore_eos`), except that a
     complete tool call ends it early; without max_tokens it is `default_tokens` long
@@ -323,18 +371,17 @@ def plan_answer(request: AnswerRequest) -> Answer:
         seed = stable_seed(request.prompt, str(request.seed), repr(request.temperature))
     thinking = max(1, int(budget * REASONING_SHARE)) if request.thinking else 0
     thinking = min(thinking, budget - 1)
-    reasoning = tuple(generate_pieces(stable_seed("reasoning", str(seed)), thinking))
+    reasoning_seed = stable_seed("reasoning", str(seed))
     if request.tool is not None:
         tool_seed = stable_seed("tool", request.tool.name, str(seed))
         rng = random.Random(tool_seed)
         args = arguments_for(request.tool.parameters, rng, cities=_CITIES)
         pieces = tuple(split_pieces(json.dumps(args, ensure_ascii=False)))
         room = budget - thinking
-        if len(pieces) <= room:
-            return Answer(reasoning, (), request.tool.name, pieces, "tool_calls")
-        return Answer(reasoning, (), request.tool.name, pieces[:room], "length")
-    content = generate_pieces(stable_seed("content", str(seed)), budget - thinking)
-    finish: Literal["length", "stop"] = "stop" if natural and not request.ignore_eos else "length"
-    if finish == "stop" and len(content) > 1:
-        content[-1] = "."
-    return Answer(reasoning, tuple(content), None, (), finish)
+        finish: Literal["length", "stop", "tool_calls"] = "tool_calls"
+        if len(pieces) > room:
+            pieces, finish = pieces[:room], "length"
+        return Answer(thinking, 0, request.tool.name, pieces, finish, reasoning_seed)
+    finish = "stop" if natural and not request.ignore_eos else "length"
+    content_seed = stable_seed("content", str(seed))
+    return Answer(thinking, budget - thinking, None, (), finish, reasoning_seed, content_seed)
