@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from servekit import __version__
+from servekit.cli.bench import bench_command
 from servekit.cli.plan import plan_command
 from servekit.cli.profiles import profiles_group
 from servekit.cli.render import render_command
@@ -21,6 +22,7 @@ cli.add_command(profiles_group)
 cli.add_command(plan_command)
 cli.add_command(render_command)
 cli.add_command(sim_group)
+cli.add_command(bench_command)
 
 
 def main() -> None:

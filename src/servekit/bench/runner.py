@@ -1,0 +1,257 @@
+"""Run a load test against an OpenAI-compatible server (shell, asyncio).
+
+Closed loop: `concurrency` workers each send the next request as soon as their previous one
+ends. Open loop: requests are sent at their scheduled arrival times (Poisson, gamma or
+constant), optionally capped by `max_concurrency`. Every request becomes a `RequestRecord`,
+appended and flushed the moment it ends. `/metrics` is scraped before and after each point
+and sampled during it for the gauges.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from servekit.bench.scrape import Snapshot, scrape, server_block
+from servekit.bench.sizing import sized_prompts
+from servekit.bench.store import RecordWriter
+from servekit.client.http import TimedStream, stream_request
+from servekit.errors import EndpointError
+from servekit.records import RequestRecord
+from servekit.workload.synthetic import constant_arrivals, gamma_arrivals, poisson_arrivals
+
+SAMPLE_EVERY_S = 0.25
+
+
+@dataclass(frozen=True, slots=True)
+class BenchSpec:
+    """What to send and where."""
+
+    base_url: str
+    model: str
+    api: str = "chat"
+    input_len: int = 1024
+    output_len: int = 128
+    temperature: float = 0.0
+    requests_per_point: int = 64
+    warmup: int = 0
+    seed: int = 0
+    headers: dict[str, str] = field(default_factory=dict)
+    chat_template_kwargs: dict[str, Any] | None = None
+    timeout_s: float = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class PointSpec:
+    """One load level."""
+
+    label: str
+    concurrency: int | None = None
+    rate_rps: float | None = None
+    arrival: str = "poisson"  # poisson | gamma:SHAPE | constant
+    max_concurrency: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PointOutcome:
+    """A finished point: its records and the server's view of it."""
+
+    spec: PointSpec
+    records: list[RequestRecord]
+    server: dict[str, float | int | None]
+    warnings: list[str]
+
+
+def request_body(spec: BenchSpec, prompt: str) -> dict[str, Any]:
+    """The streaming request body: exact output length, usage on every chunk."""
+    body: dict[str, Any] = {
+        "model": spec.model,
+        "max_tokens": spec.output_len,
+        "min_tokens": spec.output_len,
+        "ignore_eos": True,
+        "temperature": spec.temperature,
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+    }
+    if spec.api == "chat":
+        body["messages"] = [{"role": "user", "content": prompt}]
+        if spec.chat_template_kwargs is not None:
+            body["chat_template_kwargs"] = spec.chat_template_kwargs
+    else:
+        body["prompt"] = prompt
+    return body
+
+
+def to_record(rid: str, point: str, scheduled_ns: int, timed: TimedStream) -> RequestRecord:
+    """Turn one timed stream into its record."""
+    r = timed.result
+    ok = r.error_kind is None
+    return RequestRecord(
+        id=rid,
+        point=point,
+        scheduled_ns=scheduled_ns,
+        sent_ns=timed.sent_ns,
+        first_token_ns=r.first_token_ns,
+        first_answer_ns=r.first_answer_ns,
+        end_ns=timed.end_ns,
+        chunk_ns=tuple(r.chunk_ns),
+        chunk_tokens=tuple(r.chunk_tokens),
+        prompt_tokens=r.prompt_tokens or 0,
+        output_tokens=(r.completion_tokens or sum(r.chunk_tokens)) if ok else 0,
+        reasoning_tokens=r.reasoning_tokens,
+        finish_reason=r.finish_reason,
+        error_kind=r.error_kind,
+        error=r.error,
+    )
+
+
+async def _sample_gauges(
+    session: aiohttp.ClientSession, base_url: str, maxima: dict[str, float], stop: asyncio.Event
+) -> None:
+    while not stop.is_set():
+        snap = await scrape(session, base_url)
+        if snap is not None:
+            for name, value in snap.gauges.items():
+                maxima[name] = max(maxima.get(name, value), value)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), SAMPLE_EVERY_S)
+
+
+async def _health(session: aiohttp.ClientSession, base_url: str) -> int | None:
+    try:
+        async with session.get(f"{base_url}/health", timeout=aiohttp.ClientTimeout(5)) as r:
+            return r.status
+    except (aiohttp.ClientError, TimeoutError):
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class BenchRun:
+    """The points that ran and, if the sweep stopped early, why."""
+
+    outcomes: list[PointOutcome]
+    stopped: EndpointError | None = None
+
+
+async def run_points(
+    spec: BenchSpec,
+    points: list[PointSpec],
+    writer: RecordWriter,
+    *,
+    on_record: Callable[[RequestRecord], None] = lambda _: None,
+) -> BenchRun:
+    """Run every point in order; stop early (with the reason) if the server dies."""
+    rng = random.Random(spec.seed)
+    url = f"{spec.base_url}/v1/{'chat/completions' if spec.api == 'chat' else 'completions'}"
+    connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
+    outcomes: list[PointOutcome] = []
+    async with aiohttp.ClientSession(connector=connector) as session:
+        total = spec.warmup + spec.requests_per_point * len(points)
+        prompts = await sized_prompts(session, spec, total, rng)
+        warm = [request_body(spec, p) for p in prompts[: spec.warmup]]
+        await asyncio.gather(*(stream_request(session, url, b, headers=spec.headers) for b in warm))
+        offset = spec.warmup
+        for point in points:
+            bodies = [
+                request_body(spec, p) for p in prompts[offset : offset + spec.requests_per_point]
+            ]
+            offset += spec.requests_per_point
+            outcome = await _run_point(session, spec, url, point, bodies, writer, on_record, rng)
+            outcomes.append(outcome)
+            failed = sum(1 for r in outcome.records if not r.ok)
+            if failed and await _health(session, spec.base_url) != 200:
+                return BenchRun(
+                    outcomes,
+                    EndpointError(
+                        f"the server at {spec.base_url} stopped answering /health during "
+                        f"{point.label} ({failed} request(s) failed); the sweep stopped",
+                        fix="check the engine log (servekit plan --from-log LOG) and restart it",
+                    ),
+                )
+    return BenchRun(outcomes)
+
+
+async def _run_point(
+    session: aiohttp.ClientSession,
+    spec: BenchSpec,
+    url: str,
+    point: PointSpec,
+    bodies: list[dict[str, Any]],
+    writer: RecordWriter,
+    on_record: Callable[[RequestRecord], None],
+    rng: random.Random,
+) -> PointOutcome:
+    records: list[RequestRecord] = []
+    before: Snapshot | None = await scrape(session, spec.base_url)
+    maxima: dict[str, float] = {}
+    stop = asyncio.Event()
+    sampler = asyncio.create_task(_sample_gauges(session, spec.base_url, maxima, stop))
+
+    async def send(index: int, scheduled_ns: int) -> None:
+        timed = await stream_request(
+            session, url, bodies[index], headers=spec.headers, timeout_s=spec.timeout_s
+        )
+        record = to_record(f"{point.label}-{index}", point.label, scheduled_ns, timed)
+        writer.write(record)
+        records.append(record)
+        on_record(record)
+
+    lags: list[float] = []
+    if point.concurrency is not None:
+        queue = iter(range(len(bodies)))
+
+        async def worker() -> None:
+            for index in queue:
+                await send(index, time.monotonic_ns())
+
+        await asyncio.gather(*(worker() for _ in range(point.concurrency)))
+    else:
+        assert point.rate_rps is not None
+        offsets = _arrivals(point, len(bodies), rng)
+        cap = asyncio.Semaphore(point.max_concurrency or len(bodies))
+        start = time.monotonic_ns()
+        tasks = []
+
+        async def capped(index: int, scheduled_ns: int) -> None:
+            async with cap:
+                lags.append((time.monotonic_ns() - scheduled_ns) / 1e6)
+                await send(index, scheduled_ns)
+
+        for index, offset_s in enumerate(offsets):
+            scheduled = start + int(offset_s * 1e9)
+            delay = (scheduled - time.monotonic_ns()) / 1e9
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(capped(index, scheduled)))
+        await asyncio.gather(*tasks)
+    stop.set()
+    await sampler
+    after = await scrape(session, spec.base_url)
+    warnings = _length_warnings(records, spec.output_len)
+    return PointOutcome(point, records, server_block(before, after, maxima), warnings)
+
+
+def _arrivals(point: PointSpec, count: int, rng: random.Random) -> list[float]:
+    assert point.rate_rps is not None
+    if point.arrival == "constant":
+        return constant_arrivals(point.rate_rps, count)
+    if point.arrival.startswith("gamma:"):
+        return gamma_arrivals(point.rate_rps, float(point.arrival[6:]), count, rng)
+    return poisson_arrivals(point.rate_rps, count, rng)
+
+
+def _length_warnings(records: list[RequestRecord], wanted: int) -> list[str]:
+    short = [r for r in records if r.ok and r.output_tokens != wanted]
+    if not short:
+        return []
+    return [
+        f"{len(short)} request(s) did not get {wanted} output tokens (e.g. "
+        f"{short[0].output_tokens}): the server ignored max_tokens/min_tokens/ignore_eos"
+    ]

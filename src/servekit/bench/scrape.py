@@ -1,0 +1,87 @@
+"""Scrape vLLM's Prometheus /metrics (shell fetch + pure parse with prometheus-client)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+COUNTERS = (
+    "vllm:spec_decode_num_drafts",
+    "vllm:spec_decode_num_draft_tokens",
+    "vllm:spec_decode_num_accepted_tokens",
+    "vllm:num_preemptions",
+    "vllm:generation_tokens",
+)
+GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Counter totals and gauge values at one moment (summed over label sets)."""
+
+    counters: dict[str, float]
+    gauges: dict[str, float]
+
+
+def parse_metrics(text: str) -> Snapshot:
+    """Parse Prometheus text into the counters and gauges servekit uses; bad text -> empty."""
+    counters: dict[str, float] = {}
+    gauges: dict[str, float] = {}
+    try:
+        families = list(text_string_to_metric_families(text))
+    except (ValueError, TypeError):
+        return Snapshot({}, {})
+    for family in families:
+        name = family.name  # counters lose their _total suffix in the parser
+        for sample in family.samples:
+            if name in COUNTERS and sample.name in (name, f"{name}_total"):
+                counters[name] = counters.get(name, 0.0) + float(sample.value)
+            elif name in GAUGES and sample.name == name:
+                gauges[name] = gauges.get(name, 0.0) + float(sample.value)
+    return Snapshot(counters, gauges)
+
+
+async def scrape(session: aiohttp.ClientSession, base_url: str) -> Snapshot | None:
+    """Fetch and parse /metrics; None when the server has no usable metrics endpoint."""
+    try:
+        async with session.get(f"{base_url}/metrics", timeout=aiohttp.ClientTimeout(5)) as r:
+            if r.status != 200:
+                return None
+            return parse_metrics(await r.text())
+    except (aiohttp.ClientError, TimeoutError):
+        return None
+
+
+def server_block(
+    before: Snapshot | None, after: Snapshot | None, gauge_max: dict[str, float]
+) -> dict[str, float | int | None]:
+    """The summary's `server` block from counter deltas around a point and gauge maxima."""
+
+    def delta(name: str) -> float | None:
+        if before is None or after is None or name not in after.counters:
+            return None
+        return after.counters[name] - before.counters.get(name, 0.0)
+
+    drafts = delta("vllm:spec_decode_num_drafts")
+    draft_tokens = delta("vllm:spec_decode_num_draft_tokens")
+    accepted = delta("vllm:spec_decode_num_accepted_tokens")
+    preemptions = delta("vllm:num_preemptions")
+    return {
+        "spec_acceptance_length": (1 + accepted / drafts)
+        if drafts and accepted is not None
+        else None,
+        "spec_acceptance_rate": (accepted / draft_tokens)
+        if draft_tokens and accepted is not None
+        else None,
+        "kv_cache_usage_max": gauge_max.get("vllm:kv_cache_usage_perc"),
+        "preemptions": int(preemptions) if preemptions is not None else None,
+        "running_max": int(gauge_max["vllm:num_requests_running"])
+        if "vllm:num_requests_running" in gauge_max
+        else None,
+        "waiting_max": int(gauge_max["vllm:num_requests_waiting"])
+        if "vllm:num_requests_waiting" in gauge_max
+        else None,
+        "generation_tokens": int(g) if (g := delta("vllm:generation_tokens")) is not None else None,
+    }

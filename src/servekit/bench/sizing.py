@@ -1,0 +1,59 @@
+"""Size synthetic prompts to an exact token count with the server's tokenizer (shell).
+
+With `/tokenize` the word count of each prompt is adjusted until the server counts exactly
+`input_len` tokens (for chat, including the chat template's tokens). Without it, prompts
+use a stated approximation of one word per token and the summary says so.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+
+from servekit.workload.synthetic import words
+
+if TYPE_CHECKING:
+    from servekit.bench.runner import BenchSpec
+
+MAX_ADJUST = 6
+
+
+async def _count(session: aiohttp.ClientSession, spec: BenchSpec, prompt: str) -> int | None:
+    body: dict[str, Any] = {"model": spec.model}
+    if spec.api == "chat":
+        body["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        body["prompt"] = prompt
+    try:
+        async with session.post(f"{spec.base_url}/tokenize", json=body) as r:
+            if r.status != 200:
+                return None
+            doc = await r.json()
+    except (aiohttp.ClientError, TimeoutError, ValueError):
+        return None
+    count = doc.get("count") if isinstance(doc, dict) else None
+    return count if isinstance(count, int) else None
+
+
+async def sized_prompts(
+    session: aiohttp.ClientSession, spec: BenchSpec, n: int, rng: random.Random
+) -> list[str]:
+    """Return n distinct prompts of spec.input_len tokens (exact when /tokenize exists)."""
+    out: list[str] = []
+    estimate = spec.input_len
+    for _ in range(n):
+        state = rng.getstate()
+        count_words = estimate
+        prompt = words(count_words, rng)
+        for _ in range(MAX_ADJUST):
+            counted = await _count(session, spec, prompt)
+            if counted is None or counted == spec.input_len:
+                break
+            count_words = max(1, count_words + (spec.input_len - counted))
+            rng.setstate(state)
+            prompt = words(count_words, rng)
+        estimate = count_words
+        out.append(prompt)
+    return out

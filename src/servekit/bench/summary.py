@@ -1,0 +1,118 @@
+"""Assemble a bench run's summary.json and discover what the server is (shell for discovery)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from servekit.analyze.summarize import point_metrics, point_to_json, summary_document
+from servekit.bench.runner import BenchSpec, PointOutcome, PointSpec, run_points
+from servekit.bench.store import RecordWriter, write_summary
+from servekit.errors import EndpointError
+
+
+async def discover(base_url: str, headers: dict[str, str]) -> tuple[str, int | None, str | None]:
+    """Return (served model id, max_model_len, server version) from /v1/models and /version.
+
+    Raises:
+        EndpointError: the server does not answer /v1/models with a model.
+    """
+    async with aiohttp.ClientSession(headers=headers) as session:
+        try:
+            async with session.get(f"{base_url}/v1/models", timeout=aiohttp.ClientTimeout(10)) as r:
+                doc: Any = await r.json(content_type=None) if r.status == 200 else None
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            raise EndpointError(
+                f"cannot reach {base_url}/v1/models ({type(exc).__name__})",
+                fix="check --url and that the server is up",
+            ) from None
+        data = doc.get("data") if isinstance(doc, dict) else None
+        if not isinstance(data, list) or not data or not isinstance(data[0], dict):
+            raise EndpointError(
+                f"{base_url}/v1/models lists no model", fix="pass --model or check the server"
+            )
+        model = str(data[0].get("id"))
+        max_len = data[0].get("max_model_len")
+        version = None
+        try:
+            async with session.get(f"{base_url}/version", timeout=aiohttp.ClientTimeout(5)) as r:
+                if r.status == 200:
+                    v = await r.json(content_type=None)
+                    version = str(v.get("version")) if isinstance(v, dict) else None
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            version = None
+    return model, max_len if isinstance(max_len, int) else None, version
+
+
+def bench_summary(
+    spec: BenchSpec,
+    outcomes: list[PointOutcome],
+    *,
+    version: str,
+    started_at: str,
+    server_version: str | None,
+    profile: str | None,
+) -> dict[str, object]:
+    """The run's summary.json (DESIGN.md section 4); the API key is never part of it."""
+    points = [
+        point_to_json(
+            point_metrics(o.records),
+            concurrency=o.spec.concurrency,
+            rate_rps=o.spec.rate_rps,
+            server=o.server,
+            client={"valid": not o.warnings, "warnings": o.warnings},
+        )
+        for o in outcomes
+    ]
+    return summary_document(
+        servekit_version=version,
+        started_at=started_at,
+        target={
+            "url": spec.base_url,
+            "model": spec.model,
+            "server_version": server_version,
+            "profile": profile,
+        },
+        workload={
+            "api": spec.api,
+            "input_len": spec.input_len,
+            "output_len": spec.output_len,
+            "temperature": spec.temperature,
+            "requests_per_point": spec.requests_per_point,
+            "warmup": spec.warmup,
+            "seed": spec.seed,
+            "chat_template_kwargs": spec.chat_template_kwargs,
+        },
+        points=points,
+    )
+
+
+def run_bench(
+    spec: BenchSpec, points: list[PointSpec], out: Path, *, version: str
+) -> tuple[dict[str, object], EndpointError | None]:
+    """Discover the server, run the points, write records and summary.json.
+
+    The model defaults to the server's first model. The summary of every finished point is
+    written even when the sweep stops early; the reason comes back as the second value.
+    """
+    model, _, server_version = asyncio.run(discover(spec.base_url, spec.headers))
+    if not spec.model:
+        spec = dataclasses.replace(spec, model=model)
+    started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    with RecordWriter(out) as writer:
+        run = asyncio.run(run_points(spec, points, writer))
+    summary = bench_summary(
+        spec,
+        run.outcomes,
+        version=version,
+        started_at=started,
+        server_version=server_version,
+        profile=None,
+    )
+    write_summary(out, summary)
+    return summary, run.stopped

@@ -1,0 +1,77 @@
+"""`servekit bench` (shell): a streaming load test; records, summary.json and a table."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import click
+
+from servekit import __version__
+from servekit.bench.runner import BenchSpec, PointSpec
+from servekit.bench.summary import run_bench
+from servekit.cli._output import emit_json, handles_errors, json_option, stdout_console
+from servekit.cli.sim import _numbers
+from servekit.errors import UsageError
+from servekit.report.tables import points_table
+
+
+# fmt: off
+@click.command("bench")
+@click.option("--url", required=True, help="Server base URL, e.g. http://127.0.0.1:8000.")
+@click.option("--model", default="", help="Model name to request [the server's first model].")
+@click.option("--concurrency", help="Closed-loop concurrency levels, e.g. 1,4,16,128.")
+@click.option("--rate", help="Open-loop arrival rates in requests/s, e.g. 0.5,1,2.")
+@click.option("--arrival", default="poisson", show_default=True,
+              help="poisson | gamma:SHAPE | constant (with --rate).")
+@click.option("--max-concurrency", type=click.IntRange(min=1), help="Cap in-flight (--rate).")
+@click.option("--requests-per-point", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option("--warmup", type=click.IntRange(min=0), default=4, show_default=True)
+@click.option("--input-len", type=click.IntRange(min=1), default=1024, show_default=True)
+@click.option("--output-len", type=click.IntRange(min=1), default=128, show_default=True)
+@click.option("--api", type=click.Choice(["chat", "completions"]), default="chat",
+              show_default=True)
+@click.option("--temperature", type=click.FloatRange(min=0), default=0.0, show_default=True)
+@click.option("--chat-template-kwargs", help='JSON object, e.g. \'{"thinking_mode": "enabled"}\'.')
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--api-key-env", default="OPENAI_API_KEY", show_default=True,
+              help="Environment variable holding the API key (never written anywhere).")
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path))
+@json_option
+@handles_errors
+def bench_command(url: str, model: str, concurrency: str | None, rate: str | None, arrival: str,
+                  max_concurrency: int | None, requests_per_point: int, warmup: int,
+                  input_len: int, output_len: int, api: str, temperature: float,
+                  chat_template_kwargs: str | None, seed: int, api_key_env: str, out: Path,
+                  as_json: bool) -> None:
+    # fmt: on
+    """Load-test a server: exact streaming timing, per-request records, summary per point."""
+    if (concurrency is None) == (rate is None):
+        raise UsageError("give exactly one of --concurrency or --rate")
+    if arrival not in ("poisson", "constant") and not arrival.startswith("gamma:"):
+        raise UsageError(f"--arrival {arrival!r} is not poisson, constant or gamma:SHAPE")
+    try:
+        kwargs = json.loads(chat_template_kwargs) if chat_template_kwargs else None
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--chat-template-kwargs is not JSON ({exc.msg})") from None
+    key = os.environ.get(api_key_env)
+    spec = BenchSpec(url.rstrip("/"), model, api, input_len, output_len, temperature,
+                     requests_per_point, warmup, seed,
+                     {"Authorization": f"Bearer {key}"} if key else {}, kwargs)
+    points = [PointSpec(f"c={int(c)}", concurrency=int(c))
+              for c in _numbers(concurrency, int, "--concurrency")]
+    points += [PointSpec(f"rate={r:g}", rate_rps=r, arrival=arrival,
+                         max_concurrency=max_concurrency)
+               for r in _numbers(rate, float, "--rate")]
+    summary, stopped = run_bench(spec, points, out, version=__version__)
+    if as_json:
+        emit_json(summary)
+    else:
+        docs = summary["points"]
+        assert isinstance(docs, list)
+        target = summary["target"]
+        assert isinstance(target, dict)
+        stdout_console().print(points_table(docs, title=f"bench {url} ({target['model']})"))
+    if stopped is not None:
+        raise stopped

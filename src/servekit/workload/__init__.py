@@ -1,0 +1,1 @@
+"""Workloads (core): synthetic prompts, arrival processes."""

@@ -1,0 +1,46 @@
+"""Synthetic prompts and arrival times (core): deterministic, distinct, sized in tokens.
+
+Prompts are sequences of distinct words drawn from a seeded generator, so no two requests
+share a prefix (no accidental prefix-cache hits). Their exact token length is fitted with
+the server's own tokenizer by the caller (`bench.sizing`); here `words` only builds them.
+"""
+
+from __future__ import annotations
+
+import random
+
+_SYLLABLES = (
+    "ka", "lo", "mi", "ne", "so", "ta", "ru", "vi", "de", "po", "zu", "fa", "gi", "ho", "ja",
+    "be", "co", "di", "el", "fu", "ga", "hi", "io", "ke",
+)  # fmt: skip
+
+
+def words(count: int, rng: random.Random) -> str:
+    """Return `count` pseudo-words separated by spaces, deterministic for the RNG state."""
+    picks = rng.choices(_SYLLABLES, k=count * 3)
+    return " ".join("".join(picks[i : i + 3]) for i in range(0, count * 3, 3))
+
+
+def poisson_arrivals(rate_rps: float, count: int, rng: random.Random) -> list[float]:
+    """Arrival offsets in seconds of a Poisson process with the given rate."""
+    t = 0.0
+    out = []
+    for _ in range(count):
+        t += rng.expovariate(rate_rps)
+        out.append(t)
+    return out
+
+
+def gamma_arrivals(rate_rps: float, shape: float, count: int, rng: random.Random) -> list[float]:
+    """Arrival offsets with gamma-distributed gaps (mean 1/rate; shape < 1 is burstier)."""
+    t = 0.0
+    out = []
+    for _ in range(count):
+        t += rng.gammavariate(shape, 1.0 / (rate_rps * shape))
+        out.append(t)
+    return out
+
+
+def constant_arrivals(rate_rps: float, count: int) -> list[float]:
+    """Evenly spaced arrival offsets."""
+    return [(i + 1) / rate_rps for i in range(count)]

@@ -1,0 +1,118 @@
+"""servekit bench against the simulator's live server over loopback (real HTTP, real SSE)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from servekit.bench.store import read_records
+from servekit.cli.main import cli
+
+pytestmark = pytest.mark.integration
+PROFILE = "minimax-m3-mxfp8-8xa800"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_server(*extra: str) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "servekit", "sim", "serve", "--profile", PROFILE,
+         "--port", str(port), "--time-scale", "0.02", *extra],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    for _ in range(400):
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return proc, f"http://127.0.0.1:{port}"
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise AssertionError("the simulator did not start")
+
+
+@pytest.fixture
+def server() -> Iterator[str]:
+    """A live simulator (EAGLE3 profile) at 50x real time."""
+    proc, url = start_server()
+    yield url
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def test_bench_closed_loop_sweep(server: str, tmp_path: Path) -> None:
+    """A sweep writes exact records, a DESIGN.md summary and server counters per point."""
+    result = CliRunner().invoke(cli, [
+        "bench", "--url", server, "--concurrency", "1,4", "--requests-per-point", "8",
+        "--warmup", "1", "--input-len", "64", "--output-len", "24", "--temperature", "0.7",
+        "--out", str(tmp_path), "--json",
+    ])  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["target"]["model"] == "MiniMax-M3-MXFP8"
+    assert summary["target"]["server_version"].startswith("servekit-sim")
+    records = read_records(tmp_path)
+    assert len(records) == 16
+    assert all(r.ok and r.output_tokens == 24 for r in records)
+    assert all(r.prompt_tokens == 64 for r in records)
+    for point in summary["points"]:
+        assert point["completed"] == 8
+        assert point["client"] == {"valid": True, "warnings": []}
+        server = point["server"]
+        assert server["generation_tokens"] == 8 * 24  # client and server agree
+        assert 1.5 <= server["spec_acceptance_length"] <= 4.0
+    assert max(sum(r.chunk_tokens) for r in records) == 24
+    assert any(max(r.chunk_tokens) > 1 for r in records)  # EAGLE3 chunks carry several tokens
+
+
+def test_bench_open_loop(server: str, tmp_path: Path) -> None:
+    """--rate sends on a Poisson schedule and reports latency from the schedule too."""
+    result = CliRunner().invoke(cli, [
+        "bench", "--url", server, "--rate", "20", "--requests-per-point", "10", "--warmup", "0",
+        "--input-len", "32", "--output-len", "8", "--api", "completions",
+        "--out", str(tmp_path), "--json",
+    ])  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    point = json.loads(result.stdout)["points"][0]
+    assert point["rate_rps"] == 20
+    assert point["completed"] == 10
+    assert point["latency_from_schedule_s"]["mean"] >= point["latency_s"]["mean"] - 1e-6
+
+
+def test_bench_stops_when_the_engine_dies(tmp_path: Path) -> None:
+    """A crash at concurrency 2 fails the point, the dead /health stops the sweep, exit 1."""
+    proc, url = start_server("--fault", "crash-at-concurrency=2")
+    try:
+        result = CliRunner().invoke(cli, [
+            "bench", "--url", url, "--concurrency", "1,4,8", "--requests-per-point", "6",
+            "--warmup", "0", "--input-len", "32", "--output-len", "16", "--out", str(tmp_path),
+        ])  # fmt: skip
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    assert result.exit_code == 1
+    assert "stopped answering /health during c=4" in result.stderr
+    records = read_records(tmp_path)
+    assert sum(1 for r in records if r.ok) == 6  # c=1 all fine
+    assert any(r.error_kind in {"stream_cut", "http_500"} for r in records)
+
+
+def test_bench_unreachable_server(tmp_path: Path) -> None:
+    """Nothing listening is one clear line and exit 1."""
+    result = CliRunner().invoke(
+        cli, ["bench", "--url", "http://127.0.0.1:9", "--concurrency", "1", "--out", str(tmp_path)]
+    )
+    assert result.exit_code == 1
+    assert "cannot reach http://127.0.0.1:9/v1/models" in result.stderr
