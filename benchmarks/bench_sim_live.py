@@ -1,9 +1,9 @@
 """Benchmark: the live simulator against its own offline run (not a test).
 
-Starts `servekit sim serve` (time scale 1, real time) for the M3 EAGLE3 profile, drives it
-with a small closed-loop streaming client over loopback, and compares output throughput and
-mean latency with `servekit sim run` at the same settings. The live server is faithful to
-the engine core when they agree within a few percent.
+Starts `servekit sim serve` (time scale 1, real time) for the M3 EAGLE3 profile, load-tests
+it with `servekit bench` over loopback, and compares output throughput and mean latency with
+`servekit sim run`'s offline engine at the same settings: the live server is faithful to the
+engine core when they agree within a few percent.
 
 Run: .venv/bin/python benchmarks/bench_sim_live.py [--time-scale 1.0]
 """
@@ -11,17 +11,17 @@ Run: .venv/bin/python benchmarks/bench_sim_live.py [--time-scale 1.0]
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
 import random
 import socket
 import subprocess
 import sys
+import tempfile
 import time
-
-import aiohttp
+from pathlib import Path
 
 from servekit.analyze.summarize import point_metrics
+from servekit.bench.runner import BenchSpec, PointSpec
+from servekit.bench.summary import run_bench
 from servekit.profiles import load_profile
 from servekit.sim.build import build_engine
 from servekit.sim.offline import LoadPoint, run_point
@@ -37,49 +37,19 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def one(session: aiohttp.ClientSession, url: str, prompt: str) -> tuple[float, int]:
-    body = {
-        "model": "MiniMax-M3-MXFP8",
-        "prompt": prompt,
-        "max_tokens": OUTPUT_LEN,
-        "temperature": TEMPERATURE,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
-    start = time.perf_counter()
-    tokens = 0
-    async with session.post(f"{url}/v1/completions", json=body) as resp:
-        resp.raise_for_status()
-        async for raw in resp.content:
-            line = raw.decode().strip()
-            if line.startswith("data: {"):
-                usage = json.loads(line[6:]).get("usage")
-                if usage:
-                    tokens = usage["completion_tokens"]
-    return time.perf_counter() - start, tokens
-
-
-async def closed_loop(
-    url: str, prompt: str, concurrency: int, requests: int, scale: float
-) -> tuple[float, float]:
-    latencies: list[float] = []
-    total = 0
-    remaining = requests
-    conn = aiohttp.TCPConnector(limit=0)
-    async with aiohttp.ClientSession(connector=conn) as session:
-
-        async def worker() -> None:
-            nonlocal remaining, total
-            while remaining > 0:
-                remaining -= 1
-                latency, tokens = await one(session, url, prompt)
-                latencies.append(latency / scale)
-                total += tokens
-
-        start = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-        window = (time.perf_counter() - start) / scale
-    return total / window, sum(latencies) / len(latencies)
+def live(url: str, concurrency: int, requests: int, out: Path) -> tuple[float, float]:
+    """Run `servekit bench` (the real load tester) at one concurrency."""
+    spec = BenchSpec(
+        url, "", "completions", INPUT_LEN, OUTPUT_LEN, TEMPERATURE, requests, warmup=0, seed=3
+    )
+    summary, stopped = run_bench(
+        spec, [PointSpec(f"c={concurrency}", concurrency=concurrency)], out, version="bench"
+    )
+    assert stopped is None
+    points = summary["points"]
+    assert isinstance(points, list)
+    point = points[0]
+    return point["output_throughput_tok_s"], point["latency_s"]["mean"]
 
 
 def offline(concurrency: int, requests: int) -> tuple[float, float]:
@@ -108,14 +78,17 @@ def main() -> None:
                     break
             except OSError:
                 time.sleep(0.05)
-        prompt = " ".join(f"w{i}" for i in range(INPUT_LEN))
         for concurrency, requests in POINTS:
-            live = asyncio.run(closed_loop(url, prompt, concurrency, requests, args.time_scale))
+            with tempfile.TemporaryDirectory() as tmp:
+                measured = live(url, concurrency, requests, Path(tmp))
+            scale = args.time_scale
+            live_fig = (measured[0] * scale, measured[1] / scale)
             sim = offline(concurrency, requests)
             print(
-                f"c={concurrency:>3} ({requests} requests): live {live[0]:7.1f} tok/s "
-                f"{live[1]:6.3f} s | offline {sim[0]:7.1f} tok/s {sim[1]:6.3f} s | "
-                f"diff {live[0] / sim[0] - 1:+.1%} tput, {live[1] / sim[1] - 1:+.1%} latency",
+                f"c={concurrency:>3} ({requests} requests): bench {live_fig[0]:7.1f} tok/s "
+                f"{live_fig[1]:6.3f} s | sim run {sim[0]:7.1f} tok/s {sim[1]:6.3f} s | "
+                f"diff {live_fig[0] / sim[0] - 1:+.1%} tput, "
+                f"{live_fig[1] / sim[1] - 1:+.1%} latency",
                 flush=True,
             )
     finally:
