@@ -22,7 +22,7 @@ import aiohttp
 from servekit.bench.scrape import Snapshot, scrape, server_block
 from servekit.bench.sizing import sized_prompts
 from servekit.bench.store import RecordWriter
-from servekit.client.http import TimedStream, stream_request
+from servekit.client.http import TimedStream, stream_request, timing_trace_config
 from servekit.errors import EndpointError
 from servekit.records import RequestRecord
 from servekit.workload.synthetic import constant_arrivals, gamma_arrivals, poisson_arrivals
@@ -124,6 +124,18 @@ async def _sample_gauges(
             await asyncio.wait_for(stop.wait(), SAMPLE_EVERY_S)
 
 
+async def _warm_connections(session: aiohttp.ClientSession, base_url: str, count: int) -> None:
+    """Open `count` keep-alive connections (concurrent /health calls) before a point, so no
+    measured request pays for a TCP handshake."""
+
+    async def one() -> None:
+        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+            async with session.get(f"{base_url}/health", timeout=aiohttp.ClientTimeout(10)) as r:
+                await r.read()
+
+    await asyncio.gather(*(one() for _ in range(count)))
+
+
 async def _health(session: aiohttp.ClientSession, base_url: str) -> int | None:
     try:
         async with session.get(f"{base_url}/health", timeout=aiohttp.ClientTimeout(5)) as r:
@@ -152,7 +164,9 @@ async def run_points(
     url = f"{spec.base_url}/v1/{'chat/completions' if spec.api == 'chat' else 'completions'}"
     connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
     outcomes: list[PointOutcome] = []
-    async with aiohttp.ClientSession(connector=connector) as session:
+    async with aiohttp.ClientSession(
+        connector=connector, trace_configs=[timing_trace_config()]
+    ) as session:
         total = spec.warmup + spec.requests_per_point * len(points)
         prompts = await sized_prompts(session, spec, total, rng)
         warm = [request_body(spec, p) for p in prompts[: spec.warmup]]
@@ -189,6 +203,7 @@ async def _run_point(
     rng: random.Random,
 ) -> PointOutcome:
     records: list[RequestRecord] = []
+    await _warm_connections(session, spec.base_url, point.concurrency or 8)
     before: Snapshot | None = await scrape(session, spec.base_url)
     maxima: dict[str, float] = {}
     stop = asyncio.Event()
@@ -198,6 +213,7 @@ async def _run_point(
         timed = await stream_request(
             session, url, bodies[index], headers=spec.headers, timeout_s=spec.timeout_s
         )
+        await asyncio.sleep(0)  # let other streams stamp their bytes before this bookkeeping
         record = to_record(f"{point.label}-{index}", point.label, scheduled_ns, timed)
         writer.write(record)
         records.append(record)

@@ -1,10 +1,13 @@
 """Timed OpenAI-compatible requests over aiohttp (shell): the only HTTP code in servekit.
 
-Timestamps are integer nanoseconds from `time.monotonic_ns()`, taken when the request is
-handed to the connection (t0) and when each piece of the response body arrives, before
-any parsing. Connections are reused by the caller's session. Failures never raise: they
-come back classified (connect, timeout, http_<status>, context_length, stream_cut,
-malformed_chunk, empty_output, server_error).
+Timestamps are integer nanoseconds from `time.monotonic_ns()`: t0 is taken when the
+request's last byte has been written to the connection (an aiohttp trace hook, so time
+spent waiting for a connection or for the event loop before the write is not counted as
+server latency; sessions without the hook fall back to the moment before the call), and
+each arrival time when a piece of the response body arrives, before any parsing.
+Connections are reused by the caller's session. Failures never raise: they come back
+classified (connect, timeout, http_<status>, context_length, stream_cut, malformed_chunk,
+empty_output, server_error).
 """
 
 from __future__ import annotations
@@ -23,6 +26,30 @@ from servekit.client.stream import StreamReader, StreamResult
 CONTEXT_LENGTH = "context_length"
 CONNECT = "connect"
 TIMEOUT = "timeout"
+
+
+@dataclass(slots=True)
+class _SendTime:
+    ns: int | None = None
+
+
+async def _on_sent(
+    session: aiohttp.ClientSession,
+    ctx: Any,
+    params: aiohttp.TraceRequestChunkSentParams | aiohttp.TraceRequestHeadersSentParams,
+) -> None:
+    holder = ctx.trace_request_ctx
+    if isinstance(holder, _SendTime):
+        holder.ns = time.monotonic_ns()  # the latest write: headers, then the body
+
+
+def timing_trace_config() -> aiohttp.TraceConfig:
+    """A trace config that timestamps when each request's bytes are written; pass it to
+    every ClientSession used with `stream_request`."""
+    config = aiohttp.TraceConfig()
+    config.on_request_headers_sent.append(_on_sent)
+    config.on_request_chunk_sent.append(_on_sent)
+    return config
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,9 +99,15 @@ async def stream_request(
     payload = json.dumps(body).encode()
     all_headers = {"Content-Type": "application/json", **(headers or {})}
     sent = time.monotonic_ns()
+    written = _SendTime()
+    failure: tuple[str, str] | None = None
+    cut = False
     try:
         async with asyncio.timeout(timeout_s):
-            async with session.post(url, data=payload, headers=all_headers) as resp:
+            async with session.post(
+                url, data=payload, headers=all_headers, trace_request_ctx=written
+            ) as resp:
+                sent = written.ns or sent
                 status = resp.status
                 if status != 200:
                     message = _error_message(await resp.read())
@@ -87,18 +120,24 @@ async def stream_request(
                     return TimedStream(sent, time.monotonic_ns(), status, reader.result)
                 async for piece in resp.content.iter_any():
                     arrived = time.monotonic_ns()
+                    # Yield once so every stream whose bytes arrived in the same poll stamps
+                    # them before any of us spends time parsing (stamp first, work later).
+                    await asyncio.sleep(0)
                     for event in parser.feed(piece):
                         reader.feed(event.data, arrived)
-        reader.finish()
     except TimeoutError:
-        reader.finish(cut=True)
-        reader.result.error_kind, reader.result.error = TIMEOUT, f"no end within {timeout_s} s"
+        cut, failure = True, (TIMEOUT, f"no end within {timeout_s} s")
     except aiohttp.ClientConnectorError as exc:
-        reader.result.error_kind, reader.result.error = CONNECT, str(exc)
+        failure = (CONNECT, str(exc))
     except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError) as exc:
-        reader.finish(cut=True)
-        reader.result.error = f"connection closed mid-stream ({type(exc).__name__})"
+        cut, failure = True, ("", f"connection closed mid-stream ({type(exc).__name__})")
     except aiohttp.ClientError as exc:
-        reader.finish(cut=True)
-        reader.result.error = f"{type(exc).__name__}: {exc}"
-    return TimedStream(sent, time.monotonic_ns(), status, reader.result)
+        cut, failure = True, ("", f"{type(exc).__name__}: {exc}")
+    end = time.monotonic_ns()
+    if failure is None or cut:
+        reader.finish(cut=cut)
+    if failure is not None:
+        kind, message = failure
+        reader.result.error_kind = kind or reader.result.error_kind
+        reader.result.error = message
+    return TimedStream(sent, end, status, reader.result)

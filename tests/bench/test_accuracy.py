@@ -1,0 +1,75 @@
+"""Measurement accuracy against a scripted loopback server that records the truth.
+
+TTFT 200 ms, a chunk every 20 ms with 3 tokens, 128 output tokens, 32 reasoning tokens first,
+at concurrency 128: servekit's mean ITL, TPOT and TTFO must be within 2% of the truth the
+server recorded, and mean TTFT within 5% (the server's clock starts when it has read the
+request). The truth is computed from the server's own send times with the same definitions.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from servekit.analyze.summarize import point_metrics
+from servekit.bench.runner import BenchSpec, PointSpec
+from servekit.bench.store import read_records
+from servekit.bench.summary import run_bench
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+SCRIPT = Path(__file__).with_name("scripted_server.py")
+REASONING, TOKENS_PER_CHUNK, OUTPUT = 32, 3, 128
+
+
+def truth(path: Path) -> dict[str, float]:
+    ttft, ttfo, itl, tpot = [], [], [], []
+    first_content_chunk = REASONING // TOKENS_PER_CHUNK  # the chunk holding token 33
+    for line in path.read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        read, sent = row["read_ns"], row["sent_ns"]
+        tokens = [min(TOKENS_PER_CHUNK, OUTPUT - i * TOKENS_PER_CHUNK) for i in range(len(sent))]
+        ttft.append((sent[0] - read) / 1e6)
+        ttfo.append((sent[first_content_chunk] - read) / 1e6)
+        for i in range(1, len(sent)):
+            itl += [(sent[i] - sent[i - 1]) / 1e6 / tokens[i]] * tokens[i]
+        tpot.append((sent[-1] - sent[0]) / 1e6 / (OUTPUT - 1))
+    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    return {"ttft": mean(ttft), "ttfo": mean(ttfo), "itl": mean(itl), "tpot": mean(tpot)}
+
+
+def test_accuracy_at_concurrency_128(tmp_path: Path) -> None:
+    """Reported ITL, TPOT, TTFO within 2% and TTFT within 5% of the server's truth."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    truth_file = tmp_path / "truth.jsonl"
+    server = subprocess.Popen([sys.executable, str(SCRIPT), str(port), str(truth_file)])
+    try:
+        for _ in range(200):
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                    break
+            except OSError:
+                time.sleep(0.05)
+        spec = BenchSpec(
+            f"http://127.0.0.1:{port}", "scripted", "chat", 8, OUTPUT, 0.0, 256, warmup=0
+        )
+        out = tmp_path / "run"
+        _, stopped = run_bench(spec, [PointSpec("c=128", concurrency=128)], out, version="t")
+        assert stopped is None
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    m = point_metrics(read_records(out))
+    true = truth(truth_file)
+    assert m.completed == 256
+    assert m.itl_ms.mean == pytest.approx(true["itl"], rel=0.02)
+    assert m.tpot_ms.mean == pytest.approx(true["tpot"], rel=0.02)
+    assert m.ttfo_ms.mean == pytest.approx(true["ttfo"], rel=0.02)
+    assert m.ttft_ms.mean == pytest.approx(true["ttft"], rel=0.05)
