@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,39 +13,12 @@ from servekit.bench.store import read_records
 from servekit.cli.main import cli
 
 pytestmark = pytest.mark.integration
-PROFILE = "minimax-m3-mxfp8-8xa800"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_server(*extra: str) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "servekit", "sim", "serve", "--profile", PROFILE,
-         "--port", str(port), "--time-scale", "0.02", *extra],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    for _ in range(400):
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return proc, f"http://127.0.0.1:{port}"
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise AssertionError("the simulator did not start")
 
 
 @pytest.fixture
-def server() -> Iterator[str]:
+def server(start_server: Callable[..., tuple[object, str]]) -> str:
     """A live simulator (EAGLE3 profile) at 50x real time."""
-    proc, url = start_server()
-    yield url
-    proc.terminate()
-    proc.wait(timeout=10)
+    return start_server()[1]
 
 
 def test_bench_closed_loop_sweep(server: str, tmp_path: Path) -> None:
@@ -91,17 +60,15 @@ def test_bench_open_loop(server: str, tmp_path: Path) -> None:
     assert point["latency_from_schedule_s"]["mean"] >= point["latency_s"]["mean"] - 1e-6
 
 
-def test_bench_stops_when_the_engine_dies(tmp_path: Path) -> None:
+def test_bench_stops_when_the_engine_dies(
+    tmp_path: Path, start_server: Callable[..., tuple[object, str]]
+) -> None:
     """A crash at concurrency 2 fails the point, the dead /health stops the sweep, exit 1."""
-    proc, url = start_server("--fault", "crash-at-concurrency=2")
-    try:
-        result = CliRunner().invoke(cli, [
-            "bench", "--url", url, "--concurrency", "1,4,8", "--requests-per-point", "6",
-            "--warmup", "0", "--input-len", "32", "--output-len", "16", "--out", str(tmp_path),
-        ])  # fmt: skip
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    _, url = start_server("--fault", "crash-at-concurrency=2")
+    result = CliRunner().invoke(cli, [
+        "bench", "--url", url, "--concurrency", "1,4,8", "--requests-per-point", "6",
+        "--warmup", "0", "--input-len", "32", "--output-len", "16", "--out", str(tmp_path),
+    ])  # fmt: skip
     assert result.exit_code == 1
     assert "stopped answering /health during c=4" in result.stderr
     records = read_records(tmp_path)

@@ -296,8 +296,12 @@ class SimServer:
             if req.stream:
                 cut_at = self._cut_point(answer.tokens)
                 return await stream_reply(request, reply, ticket, req.stream_options, cut_at)
-            return await whole_reply(reply, ticket)
+            response = await whole_reply(reply, ticket)
+            ticket.completed = True
+            return response
         finally:
+            if ticket.completed:
+                self.metrics.observe_success(answer.finish_reason)
             self.live.release(rid)
 
     def _cut_point(self, tokens: int) -> int | None:

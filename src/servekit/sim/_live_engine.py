@@ -54,6 +54,7 @@ class Ticket:
     arrived_sim_s: float
     last_sim_s: float | None = None
     corrupted: bool = False
+    completed: bool = False  # the whole answer reached the client
 
 
 @dataclass(frozen=True, slots=True)

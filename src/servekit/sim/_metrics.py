@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -101,6 +101,13 @@ class ServerMetrics:
     def __init__(self, engine: Engine, model_name: str) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.registry.register(_EngineCollector(engine, model_name))
+        self._model = model_name
+        self._success = Counter(
+            "vllm:request_success",
+            "Count of successfully processed requests.",
+            ["model_name", "finished_reason"],
+            registry=self.registry,
+        )
         self._ttft = Histogram(
             "vllm:time_to_first_token_seconds",
             "Histogram of time to first token in seconds.",
@@ -115,6 +122,10 @@ class ServerMetrics:
             registry=self.registry,
             buckets=ITL_BUCKETS,
         ).labels(model_name)
+
+    def observe_success(self, finish_reason: str) -> None:
+        """Count a request whose whole answer reached its client."""
+        self._success.labels(self._model, finish_reason).inc()
 
     def observe_first_token(self, seconds: float) -> None:
         """Record one request's time to first token (simulated seconds)."""

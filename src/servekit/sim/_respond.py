@@ -189,6 +189,7 @@ async def stream_reply(
         tail = chunks.final_usage(reader.delivered) if include_usage else b""
         await response.write(tail + wire.SSE_DONE)
         await response.write_eof()
+        ticket.completed = True
     except ConnectionResetError:
         pass  # the client went away; the caller releases (aborts) its request
     return response

@@ -1,0 +1,49 @@
+"""Fixtures: a live simulator subprocess on a free loopback port."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+PROFILE = "minimax-m3-mxfp8-8xa800"
+StartServer = Callable[..., tuple["subprocess.Popen[bytes]", str]]
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def start_server() -> Iterator[StartServer]:
+    """Start `servekit sim serve` (EAGLE3 profile, 50x real time) with extra flags; all
+    servers started are stopped at the end."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(*extra: str) -> tuple[subprocess.Popen[bytes], str]:
+        port = free_port()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "servekit", "sim", "serve", "--profile", PROFILE,
+             "--port", str(port), "--time-scale", "0.02", *extra],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        started.append(proc)
+        for _ in range(400):
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                    return proc, f"http://127.0.0.1:{port}"
+            except OSError:
+                time.sleep(0.05)
+        raise AssertionError("the simulator did not start")
+
+    yield start
+    for proc in started:
+        proc.terminate()
+        proc.wait(timeout=10)
