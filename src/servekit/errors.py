@@ -61,6 +61,12 @@ class SimulationError(ServekitError):
     """The built-in simulator was given an impossible configuration."""
 
 
+class Interrupted(ServekitError):
+    """The user interrupted a run (Ctrl-C); what finished was kept."""
+
+    exit_code = 130
+
+
 class ChecksFailed(ServekitError):
     """One or more checks ran and failed."""
 

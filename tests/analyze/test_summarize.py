@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from servekit.analyze.summarize import distribution, point_metrics
+from servekit.analyze.summarize import Slo, distribution, point_metrics
 from servekit.records import RequestRecord
 
 MS = 1_000_000
@@ -77,3 +77,24 @@ def test_percentiles_are_monotone(samples: list[float]) -> None:
     assert d.p90 is not None
     assert d.p99 is not None
     assert min(samples) <= d.p50 <= d.p90 <= d.p99 <= max(samples) + 1e-9
+
+
+def test_bootstrap_intervals_bracket_the_estimate() -> None:
+    """Each 95% bootstrap interval contains its statistic and is deterministic."""
+    samples = [float(x % 37) for x in range(500)]
+    d = distribution(samples)
+    assert d.ci95 is not None
+    for name in ("mean", "p50", "p90", "p99"):
+        low, high = d.ci95[name]
+        assert low <= getattr(d, name) <= high
+    assert distribution(samples).ci95 == d.ci95
+
+
+def test_goodput_counts_requests_meeting_every_slo() -> None:
+    """Goodput counts successful requests within every set bound, per second of window."""
+    fast = record("a", 0, [(100, 1), (200, 9)])  # TTFT 100 ms, TPOT 12.5 ms
+    slow = record("b", 0, [(900, 1), (1000, 9)])  # TTFT 900 ms
+    m = point_metrics([fast, slow], slo=Slo(ttft_ms=500, tpot_ms=20))
+    assert m.goodput_fraction == pytest.approx(0.5)
+    assert m.goodput_rps == pytest.approx(1 / 1.0)
+    assert point_metrics([fast, slow]).goodput_rps is None

@@ -38,7 +38,10 @@ def test_bench_closed_loop_sweep(server: str, tmp_path: Path) -> None:
     assert all(r.prompt_tokens == 64 for r in records)
     for point in summary["points"]:
         assert point["completed"] == 8
-        assert point["client"] == {"valid": True, "warnings": []}
+        client = point["client"]
+        assert (client["valid"], client["warnings"]) == (True, [])
+        assert 0 < client["cpu_util"] < 1
+        assert client["loop_lag_ms_p99"] is not None
         server = point["server"]
         assert server["generation_tokens"] == 8 * 24  # client and server agree
         assert 1.5 <= server["spec_acceptance_length"] <= 4.0
@@ -83,3 +86,30 @@ def test_bench_unreachable_server(tmp_path: Path) -> None:
     )
     assert result.exit_code == 1
     assert "cannot reach http://127.0.0.1:9/v1/models" in result.stderr
+
+
+def test_bench_writes_tables_and_goodput(server: str, tmp_path: Path) -> None:
+    """summary.csv and summary.md are written; --slo adds goodput per point."""
+    result = CliRunner().invoke(cli, [
+        "bench", "--url", server, "--concurrency", "2", "--requests-per-point", "6",
+        "--warmup", "0", "--input-len", "32", "--output-len", "16",
+        "--slo", "ttft_ms=100000,e2e_s=1000", "--out", str(tmp_path), "--json",
+    ])  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    point = json.loads(result.stdout)["points"][0]
+    assert point["goodput_fraction"] == 1.0
+    assert point["latency_s"]["ci95"]["mean"][0] <= point["latency_s"]["mean"]
+    csv_lines = (tmp_path / "summary.csv").read_text(encoding="utf-8").splitlines()
+    assert csv_lines[0].startswith("concurrency,rate_rps,completed,failed,output_tok_s")
+    assert csv_lines[1].startswith("2,,6,0,")
+    assert "| c=2 |" in (tmp_path / "summary.md").read_text(encoding="utf-8")
+
+
+def test_bench_bad_slo_is_usage_error(tmp_path: Path) -> None:
+    """A malformed --slo is exit 2 naming the part."""
+    result = CliRunner().invoke(cli, [
+        "bench", "--url", "http://127.0.0.1:9", "--concurrency", "1", "--slo", "ttft=5",
+        "--out", str(tmp_path),
+    ])  # fmt: skip
+    assert result.exit_code == 2
+    assert "'ttft=5' is not one of ttft_ms=, tpot_ms=, e2e_s=" in result.stderr

@@ -36,7 +36,7 @@ def measure(profile: str, concurrency: int, temperature: float = 0.7) -> PointMe
     prof = load_profile(profile)
     point = LoadPoint(f"c={concurrency}", 256, 1024, 128, temperature, concurrency=concurrency)
     run = run_point(build_engine(prof, seed=11), point, random.Random(11))
-    return point_metrics(run.records)
+    return point_metrics(run.records, ci=False)
 
 
 def test_table_matches_seed_file() -> None:

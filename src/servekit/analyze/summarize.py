@@ -16,23 +16,33 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from servekit.errors import UsageError
 from servekit.records import RequestRecord
 
 NS_PER_S = 1e9
 NS_PER_MS = 1e6
 
 
+BOOTSTRAP_RESAMPLES = 200
+BOOTSTRAP_BLOCK = 20
+STATS = ("mean", "p50", "p90", "p99")
+
+
 @dataclass(frozen=True, slots=True)
 class Distribution:
-    """Mean and percentiles of one metric (NaN-free; None when there are no samples)."""
+    """Mean and percentiles of one metric (NaN-free; None when there are no samples).
+
+    `ci95` holds a 95% bootstrap confidence interval (percentile method) for each statistic.
+    """
 
     mean: float | None
     p50: float | None
     p90: float | None
     p99: float | None
     count: int
+    ci95: dict[str, tuple[float, float]] | None = None
 
-    def to_json(self) -> dict[str, float | int | None]:
+    def to_json(self) -> dict[str, object]:
         """JSON form with figures rounded to 4 decimals."""
         return {
             "mean": _round(self.mean),
@@ -40,6 +50,9 @@ class Distribution:
             "p90": _round(self.p90),
             "p99": _round(self.p99),
             "count": self.count,
+            "ci95": None
+            if self.ci95 is None
+            else {k: [round(lo, 4), round(hi, 4)] for k, (lo, hi) in self.ci95.items()},
         }
 
 
@@ -47,13 +60,32 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
 
 
-def distribution(samples: Sequence[float] | np.ndarray) -> Distribution:
-    """Return mean, p50, p90 and p99 (linear interpolation) of samples."""
+def distribution(samples: Sequence[float] | np.ndarray, *, ci: bool = True) -> Distribution:
+    """Return mean, p50, p90 and p99 (linear interpolation) of samples, with bootstrap CIs.
+
+    The bootstrap draws BOOTSTRAP_RESAMPLES resamples with a fixed seed, so the same
+    samples always give the same intervals.
+    """
     values = np.asarray(samples, dtype=float)
     if values.size == 0:
         return Distribution(None, None, None, None, 0)
     p50, p90, p99 = np.percentile(values, [50, 90, 99])
-    return Distribution(float(values.mean()), float(p50), float(p90), float(p99), int(values.size))
+    intervals = _bootstrap(values) if ci and values.size > 1 else None
+    return Distribution(
+        float(values.mean()), float(p50), float(p90), float(p99), int(values.size), intervals
+    )
+
+
+def _bootstrap(values: np.ndarray) -> dict[str, tuple[float, float]]:
+    rng = np.random.default_rng(0)
+    rows = []
+    for _ in range(BOOTSTRAP_RESAMPLES // BOOTSTRAP_BLOCK):
+        block = values[rng.integers(0, values.size, size=(BOOTSTRAP_BLOCK, values.size))]
+        pct = np.percentile(block, [50, 90, 99], axis=1)
+        rows.append(np.vstack([block.mean(axis=1), pct]))
+    table = np.hstack(rows)  # 4 statistics x resamples
+    lo, hi = np.percentile(table, [2.5, 97.5], axis=1)
+    return {name: (float(lo[i]), float(hi[i])) for i, name in enumerate(STATS)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,10 +107,42 @@ class PointMetrics:
     chunk_gap_ms: Distribution
     tpot_ms: Distribution
     per_stream_tok_s: Distribution
+    goodput_rps: float | None = None
+    goodput_fraction: float | None = None
 
 
-def point_metrics(records: Iterable[RequestRecord]) -> PointMetrics:
-    """Compute one point's metrics from its records."""
+@dataclass(frozen=True, slots=True)
+class Slo:
+    """Service-level objectives; a request meets them when every set bound holds."""
+
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    e2e_s: float | None = None
+
+    def met_by(self, record: RequestRecord) -> bool:
+        """True when a successful record meets every bound that is set."""
+        if not record.ok:
+            return False
+        if self.ttft_ms is not None:
+            if record.first_token_ns is None:
+                return False
+            if (record.first_token_ns - record.sent_ns) / NS_PER_MS > self.ttft_ms:
+                return False
+        if self.e2e_s is not None and (record.end_ns - record.sent_ns) / NS_PER_S > self.e2e_s:
+            return False
+        if self.tpot_ms is not None and record.output_tokens > 1 and len(record.chunk_ns) > 1:
+            tpot = (
+                (record.chunk_ns[-1] - record.chunk_ns[0]) / NS_PER_MS / (record.output_tokens - 1)
+            )
+            if tpot > self.tpot_ms:
+                return False
+        return True
+
+
+def point_metrics(
+    records: Iterable[RequestRecord], *, slo: Slo | None = None, ci: bool = True
+) -> PointMetrics:
+    """Compute one point's metrics from its records (goodput when an SLO is given)."""
     recs = list(records)
     ok = [r for r in recs if r.ok]
     errors = Counter(r.error_kind for r in recs if not r.ok and r.error_kind)
@@ -101,6 +165,7 @@ def point_metrics(records: Iterable[RequestRecord]) -> PointMetrics:
         if r.output_tokens > 1 and len(times) > 1:
             tpot.append((times[-1] - times[0]) / NS_PER_MS / (r.output_tokens - 1))
     output_tokens = sum(r.output_tokens for r in ok)
+    good = sum(1 for r in recs if slo.met_by(r)) if slo else 0
     per_stream = [1000.0 / t for t in tpot if t > 0]
     return PointMetrics(
         completed=len(ok),
@@ -110,14 +175,16 @@ def point_metrics(records: Iterable[RequestRecord]) -> PointMetrics:
         output_tokens=output_tokens,
         output_throughput_tok_s=output_tokens / window_s if window_s > 0 else 0.0,
         request_throughput_rps=len(ok) / window_s if window_s > 0 else 0.0,
-        latency_s=distribution(latency),
-        latency_from_schedule_s=distribution(from_schedule),
-        ttft_ms=distribution(ttft),
-        ttfo_ms=distribution(ttfo),
-        itl_ms=distribution(itl),
-        chunk_gap_ms=distribution(gaps),
-        tpot_ms=distribution(tpot),
-        per_stream_tok_s=distribution(per_stream),
+        latency_s=distribution(latency, ci=ci),
+        latency_from_schedule_s=distribution(from_schedule, ci=ci),
+        ttft_ms=distribution(ttft, ci=ci),
+        ttfo_ms=distribution(ttfo, ci=ci),
+        itl_ms=distribution(itl, ci=ci),
+        chunk_gap_ms=distribution(gaps, ci=ci),
+        tpot_ms=distribution(tpot, ci=ci),
+        per_stream_tok_s=distribution(per_stream, ci=ci),
+        goodput_rps=(good / window_s if window_s > 0 else 0.0) if slo else None,
+        goodput_fraction=(good / len(recs) if recs else 0.0) if slo else None,
     )
 
 
@@ -148,6 +215,10 @@ def point_to_json(
         "chunk_gap_ms": metrics.chunk_gap_ms.to_json(),
         "tpot_ms": metrics.tpot_ms.to_json(),
         "per_stream_tok_s": metrics.per_stream_tok_s.to_json(),
+        "goodput_rps": None if metrics.goodput_rps is None else round(metrics.goodput_rps, 4),
+        "goodput_fraction": None
+        if metrics.goodput_fraction is None
+        else round(metrics.goodput_fraction, 4),
         "server": server or {},
         "client": client or {"valid": True, "warnings": []},
     }
@@ -169,3 +240,27 @@ def summary_document(
         "workload": workload,
         "points": points,
     }
+
+
+def parse_slo(text: str) -> Slo:
+    """Parse `ttft_ms=500,tpot_ms=50,e2e_s=10` (any subset) into an Slo.
+
+    Raises:
+        UsageError: an unknown key, or a value that is not a positive number.
+    """
+    known = {"ttft_ms", "tpot_ms", "e2e_s"}
+    values: dict[str, float] = {}
+    for part in text.split(","):
+        key, sep, raw = part.strip().partition("=")
+        if not sep or key not in known:
+            raise UsageError(
+                f"--slo {text!r}: {part.strip()!r} is not one of ttft_ms=, tpot_ms=, e2e_s=",
+                fix="write e.g. --slo ttft_ms=500,tpot_ms=50",
+            )
+        try:
+            values[key] = float(raw)
+        except ValueError:
+            raise UsageError(f"--slo {text!r}: {key} needs a number, got {raw!r}") from None
+        if values[key] <= 0:
+            raise UsageError(f"--slo {text!r}: {key} must be positive")
+    return Slo(**values)

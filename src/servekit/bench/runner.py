@@ -67,6 +67,7 @@ class PointOutcome:
     records: list[RequestRecord]
     server: dict[str, float | int | None]
     warnings: list[str]
+    client: dict[str, object] = field(default_factory=dict)
 
 
 def request_body(spec: BenchSpec, prompt: str) -> dict[str, Any]:
@@ -152,18 +153,29 @@ class BenchRun:
     stopped: EndpointError | None = None
 
 
+@dataclass(slots=True)
+class Progress:
+    """What has finished so far, kept by the caller so an interrupted run can be summarized."""
+
+    outcomes: list[PointOutcome] = field(default_factory=list)
+    current: PointSpec | None = None
+    current_records: list[RequestRecord] = field(default_factory=list)
+
+
 async def run_points(
     spec: BenchSpec,
     points: list[PointSpec],
     writer: RecordWriter,
     *,
+    progress: Progress | None = None,
     on_record: Callable[[RequestRecord], None] = lambda _: None,
 ) -> BenchRun:
     """Run every point in order; stop early (with the reason) if the server dies."""
+    progress = progress if progress is not None else Progress()
     rng = random.Random(spec.seed)
     url = f"{spec.base_url}/v1/{'chat/completions' if spec.api == 'chat' else 'completions'}"
     connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
-    outcomes: list[PointOutcome] = []
+    outcomes = progress.outcomes
     async with aiohttp.ClientSession(
         connector=connector, trace_configs=[timing_trace_config()]
     ) as session:
@@ -177,7 +189,11 @@ async def run_points(
                 request_body(spec, p) for p in prompts[offset : offset + spec.requests_per_point]
             ]
             offset += spec.requests_per_point
-            outcome = await _run_point(session, spec, url, point, bodies, writer, on_record, rng)
+            progress.current, progress.current_records = point, []
+            outcome = await _run_point(
+                session, spec, url, point, bodies, writer, on_record, rng, progress.current_records
+            )
+            progress.current = None
             outcomes.append(outcome)
             failed = sum(1 for r in outcome.records if not r.ok)
             if failed and await _health(session, spec.base_url) != 200:
@@ -201,13 +217,16 @@ async def _run_point(
     writer: RecordWriter,
     on_record: Callable[[RequestRecord], None],
     rng: random.Random,
+    records: list[RequestRecord],
 ) -> PointOutcome:
-    records: list[RequestRecord] = []
     await _warm_connections(session, spec.base_url, point.concurrency or 8)
     before: Snapshot | None = await scrape(session, spec.base_url)
     maxima: dict[str, float] = {}
     stop = asyncio.Event()
     sampler = asyncio.create_task(_sample_gauges(session, spec.base_url, maxima, stop))
+    loop_lags: list[float] = []
+    monitor = asyncio.create_task(_monitor_loop(loop_lags, stop))
+    cpu_start, wall_start = time.process_time(), time.monotonic()
 
     async def send(index: int, scheduled_ns: int) -> None:
         timed = await stream_request(
@@ -249,9 +268,57 @@ async def _run_point(
         await asyncio.gather(*tasks)
     stop.set()
     await sampler
+    await monitor
+    cpu_util = (time.process_time() - cpu_start) / max(time.monotonic() - wall_start, 1e-9)
     after = await scrape(session, spec.base_url)
-    warnings = _length_warnings(records, spec.output_len)
-    return PointOutcome(point, records, server_block(before, after, maxima), warnings)
+    warnings, figures = certify(loop_lags, lags, cpu_util)
+    warnings = _length_warnings(records, spec.output_len) + warnings
+    client: dict[str, object] = {"valid": not warnings, "warnings": warnings, **figures}
+    return PointOutcome(point, records, server_block(before, after, maxima), warnings, client)
+
+
+LOOP_TICK_S = 0.01
+MAX_LOOP_LAG_P99_MS = 10.0
+MAX_SEND_LAG_P99_MS = 10.0
+MAX_CPU_UTIL = 0.9
+
+
+async def _monitor_loop(lags: list[float], stop: asyncio.Event) -> None:
+    """Sample event-loop lag: how late a 10 ms sleep wakes up."""
+    while not stop.is_set():
+        start = time.monotonic()
+        await asyncio.sleep(LOOP_TICK_S)
+        lags.append((time.monotonic() - start - LOOP_TICK_S) * 1000)
+
+
+def _p99(samples: list[float]) -> float | None:
+    if not samples:
+        return None
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+
+
+def certify(
+    loop_lags: list[float], send_lags: list[float], cpu_util: float
+) -> tuple[list[str], dict[str, float | None]]:
+    """The client's self-check for one point: is the client, not the server, the bottleneck?
+
+    A point is invalid when the event loop's p99 lag or the p99 lag of sends behind their
+    schedule exceeds 10 ms, or the client process used more than 90% of a core.
+    """
+    loop_p99, send_p99 = _p99(loop_lags), _p99(send_lags)
+    warnings = []
+    if loop_p99 is not None and loop_p99 > MAX_LOOP_LAG_P99_MS:
+        warnings.append(f"client event loop lagged {loop_p99:.1f} ms (p99): timings inflated")
+    if send_p99 is not None and send_p99 > MAX_SEND_LAG_P99_MS:
+        warnings.append(f"requests left {send_p99:.1f} ms behind schedule (p99)")
+    if cpu_util > MAX_CPU_UTIL:
+        warnings.append(f"client used {cpu_util:.0%} of a core: it may be the bottleneck")
+    return warnings, {
+        "loop_lag_ms_p99": None if loop_p99 is None else round(loop_p99, 3),
+        "send_lag_ms_p99": None if send_p99 is None else round(send_p99, 3),
+        "cpu_util": round(cpu_util, 3),
+    }
 
 
 def _arrivals(point: PointSpec, count: int, rng: random.Random) -> list[float]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 from pathlib import Path
@@ -75,3 +77,63 @@ def write_summary(run_dir: Path, summary: dict[str, object]) -> Path:
     tmp.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     tmp.replace(path)
     return path
+
+
+CSV_COLUMNS = (
+    ("concurrency", ("concurrency",)),
+    ("rate_rps", ("rate_rps",)),
+    ("completed", ("completed",)),
+    ("failed", ("failed",)),
+    ("output_tok_s", ("output_throughput_tok_s",)),
+    ("latency_mean_s", ("latency_s", "mean")),
+    ("latency_p99_s", ("latency_s", "p99")),
+    ("ttft_mean_ms", ("ttft_ms", "mean")),
+    ("ttft_p99_ms", ("ttft_ms", "p99")),
+    ("ttfo_mean_ms", ("ttfo_ms", "mean")),
+    ("tpot_mean_ms", ("tpot_ms", "mean")),
+    ("itl_mean_ms", ("itl_ms", "mean")),
+    ("per_stream_tok_s", ("per_stream_tok_s", "mean")),
+    ("goodput_rps", ("goodput_rps",)),
+    ("valid", ("client", "valid")),
+)
+
+
+def _pick(point: dict[str, object], path: tuple[str, ...]) -> object:
+    value: object = point
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
+
+
+def write_summary_tables(run_dir: Path, summary: dict[str, object]) -> None:
+    """Write summary.csv (one row per point) and summary.md (the deployment's table and
+    timing columns) next to summary.json."""
+    raw = summary.get("points")
+    points = [p for p in raw if isinstance(p, dict)] if isinstance(raw, list) else []
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow([name for name, _ in CSV_COLUMNS])
+    for point in points:
+        writer.writerow(["" if (v := _pick(point, path)) is None else v for _, path in CSV_COLUMNS])
+    (run_dir / "summary.csv").write_text(buffer.getvalue(), encoding="utf-8")
+
+    def fmt(value: object, spec: str) -> str:
+        return "-" if not isinstance(value, int | float) else format(value, spec)
+
+    lines = [
+        "| load | output tok/s | mean latency s | TTFT ms | TPOT ms | per-stream tok/s | failed |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for p in points:
+        load = f"c={p['concurrency']}" if p.get("concurrency") else f"{p.get('rate_rps')} req/s"
+        lines.append(
+            f"| {load} | {fmt(p.get('output_throughput_tok_s'), '.1f')} "
+            f"| {fmt(_pick(p, ('latency_s', 'mean')), '.2f')} "
+            f"| {fmt(_pick(p, ('ttft_ms', 'mean')), '.0f')} "
+            f"| {fmt(_pick(p, ('tpot_ms', 'mean')), '.1f')} "
+            f"| {fmt(_pick(p, ('per_stream_tok_s', 'mean')), '.1f')} | {p.get('failed')} |"
+        )
+    target = summary.get("target")
+    title = target.get("model") if isinstance(target, dict) else None
+    text = f"# servekit bench: {title}\n\n" + "\n".join(lines) + "\n"
+    (run_dir / "summary.md").write_text(text, encoding="utf-8")

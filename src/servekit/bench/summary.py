@@ -10,10 +10,10 @@ from typing import Any
 
 import aiohttp
 
-from servekit.analyze.summarize import point_metrics, point_to_json, summary_document
-from servekit.bench.runner import BenchSpec, PointOutcome, PointSpec, run_points
-from servekit.bench.store import RecordWriter, write_summary
-from servekit.errors import EndpointError
+from servekit.analyze.summarize import Slo, point_metrics, point_to_json, summary_document
+from servekit.bench.runner import BenchSpec, PointOutcome, PointSpec, Progress, run_points
+from servekit.bench.store import RecordWriter, write_summary, write_summary_tables
+from servekit.errors import EndpointError, Interrupted, ServekitError
 
 
 async def discover(base_url: str, headers: dict[str, str]) -> tuple[str, int | None, str | None]:
@@ -57,15 +57,16 @@ def bench_summary(
     started_at: str,
     server_version: str | None,
     profile: str | None,
+    slo: Slo | None = None,
 ) -> dict[str, object]:
     """The run's summary.json (DESIGN.md section 4); the API key is never part of it."""
     points = [
         point_to_json(
-            point_metrics(o.records),
+            point_metrics(o.records, slo=slo),
             concurrency=o.spec.concurrency,
             rate_rps=o.spec.rate_rps,
             server=o.server,
-            client={"valid": not o.warnings, "warnings": o.warnings},
+            client=o.client or {"valid": not o.warnings, "warnings": o.warnings},
         )
         for o in outcomes
     ]
@@ -87,32 +88,52 @@ def bench_summary(
             "warmup": spec.warmup,
             "seed": spec.seed,
             "chat_template_kwargs": spec.chat_template_kwargs,
+            "slo": None if slo is None else dataclasses.asdict(slo),
         },
         points=points,
     )
 
 
 def run_bench(
-    spec: BenchSpec, points: list[PointSpec], out: Path, *, version: str
-) -> tuple[dict[str, object], EndpointError | None]:
-    """Discover the server, run the points, write records and summary.json.
+    spec: BenchSpec,
+    points: list[PointSpec],
+    out: Path,
+    *,
+    version: str,
+    slo: Slo | None = None,
+) -> tuple[dict[str, object], ServekitError | None]:
+    """Discover the server, run the points, write records, summary.json, .csv and .md.
 
     The model defaults to the server's first model. The summary of every finished point is
-    written even when the sweep stops early; the reason comes back as the second value.
+    written even when the sweep stops early (dead server, Ctrl-C); the reason comes back as
+    the second value.
     """
     model, _, server_version = asyncio.run(discover(spec.base_url, spec.headers))
     if not spec.model:
         spec = dataclasses.replace(spec, model=model)
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    progress = Progress()
+    stopped: ServekitError | None = None
     with RecordWriter(out) as writer:
-        run = asyncio.run(run_points(spec, points, writer))
+        try:
+            stopped = asyncio.run(run_points(spec, points, writer, progress=progress)).stopped
+        except KeyboardInterrupt:
+            if progress.current is not None and progress.current_records:
+                note = "interrupted: the point did not finish"
+                partial = PointOutcome(progress.current, list(progress.current_records), {}, [note])
+                progress.outcomes.append(partial)
+            stopped = Interrupted(
+                "interrupted; records and the summary cover the requests that finished"
+            )
     summary = bench_summary(
         spec,
-        run.outcomes,
+        progress.outcomes,
         version=version,
         started_at=started,
         server_version=server_version,
         profile=None,
+        slo=slo,
     )
     write_summary(out, summary)
-    return summary, run.stopped
+    write_summary_tables(out, summary)
+    return summary, stopped

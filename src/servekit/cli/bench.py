@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from servekit import __version__
+from servekit.analyze.summarize import parse_slo
 from servekit.bench.runner import BenchSpec, PointSpec
 from servekit.bench.summary import run_bench
 from servekit.cli._output import emit_json, handles_errors, json_option, stdout_console
@@ -34,6 +35,9 @@ from servekit.report.tables import points_table
               show_default=True)
 @click.option("--temperature", type=click.FloatRange(min=0), default=0.0, show_default=True)
 @click.option("--chat-template-kwargs", help='JSON object, e.g. \'{"thinking_mode": "enabled"}\'.')
+@click.option("--slo", help="Goodput objectives, e.g. ttft_ms=500,tpot_ms=50,e2e_s=10.")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=600.0, show_default=True,
+              help="Seconds one request may take before it counts as a timeout.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--api-key-env", default="OPENAI_API_KEY", show_default=True,
               help="Environment variable holding the API key (never written anywhere).")
@@ -43,7 +47,8 @@ from servekit.report.tables import points_table
 def bench_command(url: str, model: str, concurrency: str | None, rate: str | None, arrival: str,
                   max_concurrency: int | None, requests_per_point: int, warmup: int,
                   input_len: int, output_len: int, api: str, temperature: float,
-                  chat_template_kwargs: str | None, seed: int, api_key_env: str, out: Path,
+                  chat_template_kwargs: str | None, slo: str | None, timeout: float, seed: int,
+                  api_key_env: str, out: Path,
                   as_json: bool) -> None:
     # fmt: on
     """Load-test a server: exact streaming timing, per-request records, summary per point."""
@@ -58,13 +63,14 @@ def bench_command(url: str, model: str, concurrency: str | None, rate: str | Non
     key = os.environ.get(api_key_env)
     spec = BenchSpec(url.rstrip("/"), model, api, input_len, output_len, temperature,
                      requests_per_point, warmup, seed,
-                     {"Authorization": f"Bearer {key}"} if key else {}, kwargs)
+                     {"Authorization": f"Bearer {key}"} if key else {}, kwargs, timeout)
     points = [PointSpec(f"c={int(c)}", concurrency=int(c))
               for c in _numbers(concurrency, int, "--concurrency")]
     points += [PointSpec(f"rate={r:g}", rate_rps=r, arrival=arrival,
                          max_concurrency=max_concurrency)
                for r in _numbers(rate, float, "--rate")]
-    summary, stopped = run_bench(spec, points, out, version=__version__)
+    objectives = parse_slo(slo) if slo else None
+    summary, stopped = run_bench(spec, points, out, version=__version__, slo=objectives)
     if as_json:
         emit_json(summary)
     else:

@@ -105,7 +105,8 @@ def simulate_points(
             point.temperature,
             concurrency=point.concurrency,
         )
-        m = point_metrics(run_point(new_engine(params), load, random.Random(0)).records)
+        run = run_point(new_engine(params), load, random.Random(0))
+        m = point_metrics(run.records, ci=False)
         fits.append(PointFit(point, m.output_throughput_tok_s, m.latency_s.mean or 0.0))
     return tuple(fits)
 
