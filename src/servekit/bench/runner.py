@@ -272,9 +272,28 @@ async def _run_point(
     cpu_util = (time.process_time() - cpu_start) / max(time.monotonic() - wall_start, 1e-9)
     after = await scrape(session, spec.base_url)
     warnings, figures = certify(loop_lags, lags, cpu_util)
+    server = server_block(before, after, maxima)
     warnings = _length_warnings(records, spec.output_len) + warnings
+    warnings += _token_mismatch(records, server.get("generation_tokens"))
     client: dict[str, object] = {"valid": not warnings, "warnings": warnings, **figures}
-    return PointOutcome(point, records, server_block(before, after, maxima), warnings, client)
+    return PointOutcome(point, records, server, warnings, client)
+
+
+def _token_mismatch(records: list[RequestRecord], generated: float | int | None) -> list[str]:
+    """Flag a point whose output tokens disagree with the server's generation counter.
+
+    Only checked when every request succeeded (failed streams leave tokens the client
+    never counted) and the server exposes `vllm:generation_tokens_total`.
+    """
+    if generated is None or not records or not all(r.ok for r in records):
+        return []
+    counted = sum(r.output_tokens for r in records)
+    if int(generated) == counted:
+        return []
+    return [
+        f"the server generated {int(generated)} tokens during the point but the client "
+        f"counted {counted}: another client shares the server, or usage is misreported"
+    ]
 
 
 LOOP_TICK_S = 0.01
