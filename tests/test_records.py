@@ -34,3 +34,13 @@ def test_bad_line_names_file_and_line(tmp_path: Path) -> None:
         read_records(tmp_path)
     with pytest.raises(ServekitError):
         record_from_json("not json")
+
+
+def test_unknown_keys_and_bad_types_are_rejected() -> None:
+    """Records read back are validated: unknown keys and wrong types are errors."""
+    good = RequestRecord("a", "p", 0, 0, None, None, 1).to_json_line()
+    assert record_from_json(good) == RequestRecord("a", "p", 0, 0, None, None, 1)
+    with pytest.raises(ServekitError):
+        record_from_json(good[:-1] + ',"bogus":1}')
+    with pytest.raises(ServekitError):
+        record_from_json(good.replace('"end_ns":1', '"end_ns":"soon"'))

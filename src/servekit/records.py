@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import ClassVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from servekit.errors import ServekitError
 
@@ -56,6 +56,9 @@ class RequestRecord:
     error: str | None = None
     text: str | None = None
 
+    # Validation of records read back from JSON: unknown keys are errors.
+    __pydantic_config__: ClassVar[ConfigDict] = ConfigDict(extra="forbid")
+
     @property
     def ok(self) -> bool:
         """True when the request succeeded."""
@@ -64,27 +67,6 @@ class RequestRecord:
     def to_json_line(self) -> str:
         """Return the record as one JSON line (no trailing newline)."""
         return json.dumps(asdict(self), separators=(",", ":"), ensure_ascii=False)
-
-
-class _RecordModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=False)
-
-    id: str
-    point: str
-    scheduled_ns: int
-    sent_ns: int
-    first_token_ns: int | None
-    first_answer_ns: int | None
-    end_ns: int
-    chunk_ns: tuple[int, ...] = ()
-    chunk_tokens: tuple[int, ...] = ()
-    prompt_tokens: int = 0
-    output_tokens: int = 0
-    reasoning_tokens: int = 0
-    finish_reason: str | None = None
-    error_kind: str | None = None
-    error: str | None = None
-    text: str | None = None
 
 
 class RecordFormatError(ServekitError):
@@ -98,8 +80,9 @@ def record_from_json(line: str, *, where: str = "record") -> RequestRecord:
         RecordFormatError: the line is not JSON or not a valid record.
     """
     try:
-        data: Any = json.loads(line)
-        model = _RecordModel.model_validate(data)
-    except (json.JSONDecodeError, ValidationError) as exc:
+        return _ADAPTER.validate_json(line)
+    except ValidationError as exc:
         raise RecordFormatError(f"{where}: not a valid request record ({exc})") from None
-    return RequestRecord(**model.model_dump())
+
+
+_ADAPTER = TypeAdapter(RequestRecord)
