@@ -45,6 +45,10 @@ def test_bench_closed_loop_sweep(server: str, tmp_path: Path) -> None:
         server = point["server"]
         assert server["generation_tokens"] == 8 * 24  # client and server agree
         assert 1.5 <= server["spec_acceptance_length"] <= 4.0
+        per_position = server["spec_acceptance_per_position"]
+        assert len(per_position) == 3
+        assert per_position[0] >= per_position[1] >= per_position[2]
+        assert sum(per_position) == pytest.approx(server["spec_acceptance_length"] - 1, abs=1e-3)
     assert max(sum(r.chunk_tokens) for r in records) == 24
     assert any(max(r.chunk_tokens) > 1 for r in records)  # EAGLE3 chunks carry several tokens
 

@@ -193,7 +193,7 @@ def point_to_json(
     *,
     concurrency: int | None,
     rate_rps: float | None,
-    server: dict[str, float | int | None] | None = None,
+    server: dict[str, object] | None = None,
     client: dict[str, object] | None = None,
 ) -> dict[str, object]:
     """Return one entry of summary.json's `points` (DESIGN.md section 4)."""

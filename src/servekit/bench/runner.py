@@ -65,7 +65,7 @@ class PointOutcome:
 
     spec: PointSpec
     records: list[RequestRecord]
-    server: dict[str, float | int | None]
+    server: dict[str, object]
     warnings: list[str]
     client: dict[str, object] = field(default_factory=dict)
 
@@ -279,13 +279,13 @@ async def _run_point(
     return PointOutcome(point, records, server, warnings, client)
 
 
-def _token_mismatch(records: list[RequestRecord], generated: float | int | None) -> list[str]:
+def _token_mismatch(records: list[RequestRecord], generated: object) -> list[str]:
     """Flag a point whose output tokens disagree with the server's generation counter.
 
     Only checked when every request succeeded (failed streams leave tokens the client
     never counted) and the server exposes `vllm:generation_tokens_total`.
     """
-    if generated is None or not records or not all(r.ok for r in records):
+    if not isinstance(generated, int | float) or not records or not all(r.ok for r in records):
         return []
     counted = sum(r.output_tokens for r in records)
     if int(generated) == counted:

@@ -17,18 +17,24 @@ COUNTERS = (
 GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
 
 
+PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos"
+
+
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """Counter totals and gauge values at one moment (summed over label sets)."""
+    """Counter totals and gauge values at one moment (summed over label sets), and the
+    accepted draft tokens per position."""
 
     counters: dict[str, float]
     gauges: dict[str, float]
+    per_position: dict[int, float] | None = None
 
 
 def parse_metrics(text: str) -> Snapshot:
     """Parse Prometheus text into the counters and gauges servekit uses; bad text -> empty."""
     counters: dict[str, float] = {}
     gauges: dict[str, float] = {}
+    per_position: dict[int, float] = {}
     try:
         families = list(text_string_to_metric_families(text))
     except (ValueError, TypeError):
@@ -36,11 +42,17 @@ def parse_metrics(text: str) -> Snapshot:
     for family in families:
         name = family.name  # counters lose their _total suffix in the parser
         for sample in family.samples:
+            if name == PER_POSITION and sample.name == f"{name}_total":
+                position = sample.labels.get("position", "")
+                if position.isdigit():
+                    key = int(position)
+                    per_position[key] = per_position.get(key, 0.0) + float(sample.value)
+                continue
             if name in COUNTERS and sample.name in (name, f"{name}_total"):
                 counters[name] = counters.get(name, 0.0) + float(sample.value)
             elif name in GAUGES and sample.name == name:
                 gauges[name] = gauges.get(name, 0.0) + float(sample.value)
-    return Snapshot(counters, gauges)
+    return Snapshot(counters, gauges, per_position or None)
 
 
 async def scrape(session: aiohttp.ClientSession, base_url: str) -> Snapshot | None:
@@ -56,7 +68,7 @@ async def scrape(session: aiohttp.ClientSession, base_url: str) -> Snapshot | No
 
 def server_block(
     before: Snapshot | None, after: Snapshot | None, gauge_max: dict[str, float]
-) -> dict[str, float | int | None]:
+) -> dict[str, object]:
     """The summary's `server` block from counter deltas around a point and gauge maxima."""
 
     def delta(name: str) -> float | None:
@@ -68,7 +80,15 @@ def server_block(
     draft_tokens = delta("vllm:spec_decode_num_draft_tokens")
     accepted = delta("vllm:spec_decode_num_accepted_tokens")
     preemptions = delta("vllm:num_preemptions")
+    per_position = None
+    if before is not None and after is not None and after.per_position and drafts:
+        start = before.per_position or {}
+        per_position = [
+            round((after.per_position[p] - start.get(p, 0.0)) / drafts, 4)
+            for p in sorted(after.per_position)
+        ]
     return {
+        "spec_acceptance_per_position": per_position,
         "spec_acceptance_length": (1 + accepted / drafts)
         if drafts and accepted is not None
         else None,

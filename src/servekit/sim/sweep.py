@@ -24,7 +24,7 @@ class SimPointResult:
     run: PointRun
     stats: EngineStats
 
-    def server_json(self) -> dict[str, float | int | None]:
+    def server_json(self) -> dict[str, object]:
         """The summary's `server` block, as /metrics counter deltas would give it."""
         s = self.stats
         return {
