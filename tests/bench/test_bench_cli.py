@@ -117,3 +117,28 @@ def test_bench_bad_slo_is_usage_error(tmp_path: Path) -> None:
     ])  # fmt: skip
     assert result.exit_code == 2
     assert "'ttft=5' is not one of ttft_ms=, tpot_ms=, e2e_s=" in result.stderr
+
+
+def test_bench_dataset_and_length_distribution(server: str, tmp_path: Path) -> None:
+    """--dataset prompts keep their own output lengths; --input-len N:uniform varies prompts."""
+    data = tmp_path / "prompts.jsonl"
+    data.write_text(
+        '{"prompt": "tell me a story", "output_len": 7}\n'
+        '{"messages": [{"role": "user", "content": "hello"}], "output_len": 9}\n',
+        encoding="utf-8",
+    )
+    result = CliRunner().invoke(cli, [
+        "bench", "--url", server, "--concurrency", "2", "--requests-per-point", "6",
+        "--warmup", "0", "--dataset", str(data), "--out", str(tmp_path / "a"), "--json",
+    ])  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    assert {r.output_tokens for r in read_records(tmp_path / "a")} == {7, 9}
+    result = CliRunner().invoke(cli, [
+        "bench", "--url", server, "--concurrency", "2", "--requests-per-point", "8",
+        "--warmup", "0", "--input-len", "64:uniform", "--output-len", "8",
+        "--out", str(tmp_path / "b"),
+    ])  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    prompts = {r.prompt_tokens for r in read_records(tmp_path / "b")}
+    assert len(prompts) > 1
+    assert all(32 <= p <= 96 for p in prompts)

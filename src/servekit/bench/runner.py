@@ -25,6 +25,7 @@ from servekit.bench.store import RecordWriter
 from servekit.client.http import TimedStream, stream_request, timing_trace_config
 from servekit.errors import EndpointError
 from servekit.records import RequestRecord
+from servekit.workload.datasets import LengthSpec, PromptItem
 from servekit.workload.synthetic import constant_arrivals, gamma_arrivals, poisson_arrivals
 
 SAMPLE_EVERY_S = 0.25
@@ -46,6 +47,17 @@ class BenchSpec:
     headers: dict[str, str] = field(default_factory=dict)
     chat_template_kwargs: dict[str, Any] | None = None
     timeout_s: float = 600.0
+    input_dist: LengthSpec | None = None  # overrides input_len when set
+    output_dist: LengthSpec | None = None  # overrides output_len when set
+    dataset: tuple[PromptItem, ...] | None = None  # prompts from a file instead of synthetic
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """One request to send: its body and the output length it must produce."""
+
+    body: dict[str, Any]
+    output_len: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,24 +82,56 @@ class PointOutcome:
     client: dict[str, object] = field(default_factory=dict)
 
 
-def request_body(spec: BenchSpec, prompt: str) -> dict[str, Any]:
+def request_body(
+    spec: BenchSpec, prompt: str | None, output_len: int, messages: Any = None
+) -> dict[str, Any]:
     """The streaming request body: exact output length, usage on every chunk."""
     body: dict[str, Any] = {
         "model": spec.model,
-        "max_tokens": spec.output_len,
-        "min_tokens": spec.output_len,
+        "max_tokens": output_len,
+        "min_tokens": output_len,
         "ignore_eos": True,
         "temperature": spec.temperature,
         "stream": True,
         "stream_options": {"include_usage": True, "continuous_usage_stats": True},
     }
     if spec.api == "chat":
-        body["messages"] = [{"role": "user", "content": prompt}]
+        body["messages"] = (
+            list(messages) if messages is not None else [{"role": "user", "content": prompt}]
+        )
         if spec.chat_template_kwargs is not None:
             body["chat_template_kwargs"] = spec.chat_template_kwargs
     else:
+        if prompt is None:  # chat messages sent to /v1/completions: join their text
+            prompt = "\n".join(str(m.get("content", "")) for m in messages or ())
         body["prompt"] = prompt
     return body
+
+
+async def plan_requests(
+    session: aiohttp.ClientSession, spec: BenchSpec, count: int, rng: random.Random
+) -> list[Planned]:
+    """Every request of the run, in order: from the dataset, or synthetic and sized."""
+    outputs = [
+        spec.output_dist.draw(rng) if spec.output_dist else spec.output_len for _ in range(count)
+    ]
+    if spec.dataset:
+        items = [spec.dataset[i % len(spec.dataset)] for i in range(count)]
+        rng.shuffle(items)
+        return [
+            Planned(
+                request_body(spec, it.prompt, it.output_len or out, it.messages),
+                it.output_len or out,
+            )
+            for it, out in zip(items, outputs, strict=True)
+        ]
+    lengths = [
+        spec.input_dist.draw(rng) if spec.input_dist else spec.input_len for _ in range(count)
+    ]
+    prompts = await sized_prompts(session, spec, lengths, rng)
+    return [
+        Planned(request_body(spec, p, out), out) for p, out in zip(prompts, outputs, strict=True)
+    ]
 
 
 def to_record(rid: str, point: str, scheduled_ns: int, timed: TimedStream) -> RequestRecord:
@@ -180,14 +224,12 @@ async def run_points(
         connector=connector, trace_configs=[timing_trace_config()]
     ) as session:
         total = spec.warmup + spec.requests_per_point * len(points)
-        prompts = await sized_prompts(session, spec, total, rng)
-        warm = [request_body(spec, p) for p in prompts[: spec.warmup]]
+        planned = await plan_requests(session, spec, total, rng)
+        warm = [p.body for p in planned[: spec.warmup]]
         await asyncio.gather(*(stream_request(session, url, b, headers=spec.headers) for b in warm))
         offset = spec.warmup
         for point in points:
-            bodies = [
-                request_body(spec, p) for p in prompts[offset : offset + spec.requests_per_point]
-            ]
+            bodies = planned[offset : offset + spec.requests_per_point]
             offset += spec.requests_per_point
             progress.current, progress.current_records = point, []
             outcome = await _run_point(
@@ -213,7 +255,7 @@ async def _run_point(
     spec: BenchSpec,
     url: str,
     point: PointSpec,
-    bodies: list[dict[str, Any]],
+    bodies: list[Planned],
     writer: RecordWriter,
     on_record: Callable[[RequestRecord], None],
     rng: random.Random,
@@ -230,15 +272,18 @@ async def _run_point(
 
     async def send(index: int, scheduled_ns: int) -> None:
         timed = await stream_request(
-            session, url, bodies[index], headers=spec.headers, timeout_s=spec.timeout_s
+            session, url, bodies[index].body, headers=spec.headers, timeout_s=spec.timeout_s
         )
         await asyncio.sleep(0)  # let other streams stamp their bytes before this bookkeeping
         record = to_record(f"{point.label}-{index}", point.label, scheduled_ns, timed)
+        if record.ok and record.output_tokens != bodies[index].output_len:
+            short.append((record.output_tokens, bodies[index].output_len))
         writer.write(record)
         records.append(record)
         on_record(record)
 
     lags: list[float] = []
+    short: list[tuple[int, int]] = []
     if point.concurrency is not None:
         queue = iter(range(len(bodies)))
 
@@ -273,7 +318,7 @@ async def _run_point(
     after = await scrape(session, spec.base_url)
     warnings, figures = certify(loop_lags, lags, cpu_util)
     server = server_block(before, after, maxima)
-    warnings = _length_warnings(records, spec.output_len) + warnings
+    warnings = _length_warnings(short) + warnings
     warnings += _token_mismatch(records, server.get("generation_tokens"))
     client: dict[str, object] = {"valid": not warnings, "warnings": warnings, **figures}
     return PointOutcome(point, records, server, warnings, client)
@@ -349,11 +394,11 @@ def _arrivals(point: PointSpec, count: int, rng: random.Random) -> list[float]:
     return poisson_arrivals(point.rate_rps, count, rng)
 
 
-def _length_warnings(records: list[RequestRecord], wanted: int) -> list[str]:
-    short = [r for r in records if r.ok and r.output_tokens != wanted]
+def _length_warnings(short: list[tuple[int, int]]) -> list[str]:
     if not short:
         return []
+    got, wanted = short[0]
     return [
-        f"{len(short)} request(s) did not get {wanted} output tokens (e.g. "
-        f"{short[0].output_tokens}): the server ignored max_tokens/min_tokens/ignore_eos"
+        f"{len(short)} request(s) did not get the output length asked for (e.g. {got} of "
+        f"{wanted} tokens): the server ignored max_tokens/min_tokens/ignore_eos"
     ]

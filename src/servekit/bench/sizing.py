@@ -38,22 +38,22 @@ async def _count(session: aiohttp.ClientSession, spec: BenchSpec, prompt: str) -
 
 
 async def sized_prompts(
-    session: aiohttp.ClientSession, spec: BenchSpec, n: int, rng: random.Random
+    session: aiohttp.ClientSession, spec: BenchSpec, lengths: list[int], rng: random.Random
 ) -> list[str]:
-    """Return n distinct prompts of spec.input_len tokens (exact when /tokenize exists)."""
+    """Return one distinct prompt per target length (exact when /tokenize exists)."""
     out: list[str] = []
-    estimate = spec.input_len
-    for _ in range(n):
+    words_per_token = 1.0
+    for target in lengths:
         state = rng.getstate()
-        count_words = estimate
+        count_words = max(1, round(target * words_per_token))
         prompt = words(count_words, rng)
         for _ in range(MAX_ADJUST):
             counted = await _count(session, spec, prompt)
-            if counted is None or counted == spec.input_len:
+            if counted is None or counted == target:
                 break
-            count_words = max(1, count_words + (spec.input_len - counted))
+            count_words = max(1, count_words + round((target - counted) * words_per_token))
             rng.setstate(state)
             prompt = words(count_words, rng)
-        estimate = count_words
+        words_per_token = count_words / target
         out.append(prompt)
     return out

@@ -16,6 +16,7 @@ from servekit.cli._output import emit_json, handles_errors, json_option, stdout_
 from servekit.cli.sim import _numbers
 from servekit.errors import UsageError
 from servekit.report.tables import points_table
+from servekit.workload.datasets import load_dataset_text, parse_length
 
 
 # fmt: off
@@ -29,8 +30,12 @@ from servekit.report.tables import points_table
 @click.option("--max-concurrency", type=click.IntRange(min=1), help="Cap in-flight (--rate).")
 @click.option("--requests-per-point", type=click.IntRange(min=1), default=64, show_default=True)
 @click.option("--warmup", type=click.IntRange(min=0), default=4, show_default=True)
-@click.option("--input-len", type=click.IntRange(min=1), default=1024, show_default=True)
-@click.option("--output-len", type=click.IntRange(min=1), default=128, show_default=True)
+@click.option("--input-len", default="1024", show_default=True,
+              help="Prompt tokens: N, N:uniform or N:normal:SD (sized with /tokenize).")
+@click.option("--output-len", default="128", show_default=True,
+              help="Output tokens: N, N:uniform or N:normal:SD.")
+@click.option("--dataset", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Prompts from a JSONL file (prompt or messages) or a ShareGPT JSON file.")
 @click.option("--api", type=click.Choice(["chat", "completions"]), default="chat",
               show_default=True)
 @click.option("--temperature", type=click.FloatRange(min=0), default=0.0, show_default=True)
@@ -46,7 +51,8 @@ from servekit.report.tables import points_table
 @handles_errors
 def bench_command(url: str, model: str, concurrency: str | None, rate: str | None, arrival: str,
                   max_concurrency: int | None, requests_per_point: int, warmup: int,
-                  input_len: int, output_len: int, api: str, temperature: float,
+                  input_len: str, output_len: str, dataset: Path | None, api: str,
+                  temperature: float,
                   chat_template_kwargs: str | None, slo: str | None, timeout: float, seed: int,
                   api_key_env: str, out: Path,
                   as_json: bool) -> None:
@@ -61,9 +67,15 @@ def bench_command(url: str, model: str, concurrency: str | None, rate: str | Non
     except json.JSONDecodeError as exc:
         raise UsageError(f"--chat-template-kwargs is not JSON ({exc.msg})") from None
     key = os.environ.get(api_key_env)
-    spec = BenchSpec(url.rstrip("/"), model, api, input_len, output_len, temperature,
+    ilen, olen = parse_length(input_len, "--input-len"), parse_length(output_len, "--output-len")
+    text = dataset.read_text(encoding="utf-8") if dataset else None
+    items = load_dataset_text(text, str(dataset)) if text is not None else None
+    spec = BenchSpec(url.rstrip("/"), model, api, ilen.mean, olen.mean, temperature,
                      requests_per_point, warmup, seed,
-                     {"Authorization": f"Bearer {key}"} if key else {}, kwargs, timeout)
+                     {"Authorization": f"Bearer {key}"} if key else {}, kwargs, timeout,
+                     ilen if ilen.kind != "fixed" else None,
+                     olen if olen.kind != "fixed" else None,
+                     tuple(items) if items else None)
     points = [PointSpec(f"c={int(c)}", concurrency=int(c))
               for c in _numbers(concurrency, int, "--concurrency")]
     points += [PointSpec(f"rate={r:g}", rate_rps=r, arrival=arrival,
