@@ -213,6 +213,7 @@ async def run_points(
     *,
     progress: Progress | None = None,
     on_record: Callable[[RequestRecord], None] = lambda _: None,
+    on_point: Callable[[PointSpec, int], None] = lambda _p, _n: None,
 ) -> BenchRun:
     """Run every point in order; stop early (with the reason) if the server dies."""
     progress = progress if progress is not None else Progress()
@@ -232,6 +233,7 @@ async def run_points(
             bodies = planned[offset : offset + spec.requests_per_point]
             offset += spec.requests_per_point
             progress.current, progress.current_records = point, []
+            on_point(point, len(bodies))
             outcome = await _run_point(
                 session, spec, url, point, bodies, writer, on_record, rng, progress.current_records
             )

@@ -14,6 +14,7 @@ from servekit.analyze.summarize import Slo, point_metrics, point_to_json, summar
 from servekit.bench.runner import BenchSpec, PointOutcome, PointSpec, Progress, run_points
 from servekit.bench.store import RecordWriter, write_summary, write_summary_tables
 from servekit.errors import EndpointError, Interrupted, ServekitError
+from servekit.report.live import LiveProgress
 
 
 async def discover(base_url: str, headers: dict[str, str]) -> tuple[str, int | None, str | None]:
@@ -101,6 +102,7 @@ def run_bench(
     *,
     version: str,
     slo: Slo | None = None,
+    live: LiveProgress | None = None,
 ) -> tuple[dict[str, object], ServekitError | None]:
     """Discover the server, run the points, write records, summary.json, .csv and .md.
 
@@ -116,7 +118,17 @@ def run_bench(
     stopped: ServekitError | None = None
     with RecordWriter(out) as writer:
         try:
-            stopped = asyncio.run(run_points(spec, points, writer, progress=progress)).stopped
+            run = run_points(
+                spec,
+                points,
+                writer,
+                progress=progress,
+                on_record=live.record if live else lambda _: None,
+                on_point=(lambda p, n: live.start_point(p.label, n))
+                if live
+                else lambda _p, _n: None,
+            )
+            stopped = asyncio.run(run).stopped
         except KeyboardInterrupt:
             if progress.current is not None and progress.current_records:
                 note = "interrupted: the point did not finish"

@@ -15,6 +15,7 @@ from servekit.bench.summary import run_bench
 from servekit.cli._output import emit_json, handles_errors, json_option, stdout_console
 from servekit.cli.sim import _numbers
 from servekit.errors import UsageError
+from servekit.report.live import LiveProgress
 from servekit.report.tables import points_table
 from servekit.workload.datasets import load_dataset_text, parse_length
 
@@ -82,7 +83,10 @@ def bench_command(url: str, model: str, concurrency: str | None, rate: str | Non
                          max_concurrency=max_concurrency)
                for r in _numbers(rate, float, "--rate")]
     objectives = parse_slo(slo) if slo else None
-    summary, stopped = run_bench(spec, points, out, version=__version__, slo=objectives)
+    with LiveProgress(enabled=not as_json) as live:
+        summary, stopped = run_bench(
+            spec, points, out, version=__version__, slo=objectives, live=live
+        )
     if as_json:
         emit_json(summary)
     else:
