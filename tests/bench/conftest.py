@@ -21,6 +21,35 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def wait_for_port(port: int) -> None:
+    """Wait until something listens on 127.0.0.1:port (about 20 s at most)."""
+    for _ in range(400):
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise AssertionError(f"nothing listened on port {port}")
+
+
+@pytest.fixture
+def start_script() -> Iterator[Callable[..., str]]:
+    """Run a test server script (`python SCRIPT PORT *args`) on a free port; returns its URL.
+    Every script started is stopped at the end."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(script: str, *args: str) -> str:
+        port = free_port()
+        started.append(subprocess.Popen([sys.executable, script, str(port), *args]))
+        wait_for_port(port)
+        return f"http://127.0.0.1:{port}"
+
+    yield start
+    for proc in started:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
 @pytest.fixture
 def start_server() -> Iterator[StartServer]:
     """Start `servekit sim serve` (EAGLE3 profile, 50x real time) with extra flags; all
@@ -35,13 +64,8 @@ def start_server() -> Iterator[StartServer]:
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         started.append(proc)
-        for _ in range(400):
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                    return proc, f"http://127.0.0.1:{port}"
-            except OSError:
-                time.sleep(0.05)
-        raise AssertionError("the simulator did not start")
+        wait_for_port(port)
+        return proc, f"http://127.0.0.1:{port}"
 
     yield start
     for proc in started:

@@ -9,10 +9,7 @@ request). The truth is computed from the server's own send times with the same d
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import sys
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -43,29 +40,14 @@ def truth(path: Path) -> dict[str, float]:
     return {"ttft": mean(ttft), "ttfo": mean(ttfo), "itl": mean(itl), "tpot": mean(tpot)}
 
 
-def test_accuracy_at_concurrency_128(tmp_path: Path) -> None:
+def test_accuracy_at_concurrency_128(tmp_path: Path, start_script: Callable[..., str]) -> None:
     """Reported ITL, TPOT, TTFO within 2% and TTFT within 5% of the server's truth."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     truth_file = tmp_path / "truth.jsonl"
-    server = subprocess.Popen([sys.executable, str(SCRIPT), str(port), str(truth_file)])
-    try:
-        for _ in range(200):
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                    break
-            except OSError:
-                time.sleep(0.05)
-        spec = BenchSpec(
-            f"http://127.0.0.1:{port}", "scripted", "chat", 8, OUTPUT, 0.0, 256, warmup=0
-        )
-        out = tmp_path / "run"
-        _, stopped = run_bench(spec, [PointSpec("c=128", concurrency=128)], out, version="t")
-        assert stopped is None
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
+    url = start_script(str(SCRIPT), str(truth_file))
+    spec = BenchSpec(url, "scripted", "chat", 8, OUTPUT, 0.0, 256, warmup=0)
+    out = tmp_path / "run"
+    _, stopped = run_bench(spec, [PointSpec("c=128", concurrency=128)], out, version="t")
+    assert stopped is None
     m = point_metrics(read_records(out))
     true = truth(truth_file)
     assert m.completed == 256

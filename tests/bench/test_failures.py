@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import sys
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,27 +15,14 @@ pytestmark = pytest.mark.integration
 SCRIPT = Path(__file__).with_name("faulty_server.py")
 
 
-def test_failures_counted_by_kind(tmp_path: Path) -> None:
+def test_failures_counted_by_kind(tmp_path: Path, start_script: Callable[..., str]) -> None:
     """Invalid JSON, cuts, missing [DONE], 500, 429 and hangs each land in their class."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = subprocess.Popen([sys.executable, str(SCRIPT), str(port)])
-    try:
-        for _ in range(200):
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                    break
-            except OSError:
-                time.sleep(0.05)
-        result = CliRunner().invoke(cli, [
-            "bench", "--url", f"http://127.0.0.1:{port}", "--concurrency", "1",
-            "--requests-per-point", "14", "--warmup", "0", "--input-len", "4",
-            "--output-len", "2", "--timeout", "0.5", "--out", str(tmp_path), "--json",
-        ])  # fmt: skip
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
+    url = start_script(str(SCRIPT))
+    result = CliRunner().invoke(cli, [
+        "bench", "--url", url, "--concurrency", "1", "--requests-per-point", "14",
+        "--warmup", "0", "--input-len", "4", "--output-len", "2", "--timeout", "0.5",
+        "--out", str(tmp_path), "--json",
+    ])  # fmt: skip
     assert result.exit_code == 0, result.stderr
     point = json.loads(result.stdout)["points"][0]
     assert point["completed"] == 2
