@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import pytest
 
@@ -32,17 +33,26 @@ def wait_for_port(port: int) -> None:
     raise AssertionError(f"nothing listened on port {port}")
 
 
+@dataclass(frozen=True)
+class ScriptServer:
+    """A running test server script."""
+
+    url: str
+    pid: int
+
+
 @pytest.fixture
-def start_script() -> Iterator[Callable[..., str]]:
-    """Run a test server script (`python SCRIPT PORT *args`) on a free port; returns its URL.
+def start_script() -> Iterator[Callable[..., ScriptServer]]:
+    """Run a test server script (`python SCRIPT PORT *args`) on a free port.
     Every script started is stopped at the end."""
     started: list[subprocess.Popen[bytes]] = []
 
-    def start(script: str, *args: str) -> str:
+    def start(script: str, *args: str) -> ScriptServer:
         port = free_port()
-        started.append(subprocess.Popen([sys.executable, script, str(port), *args]))
+        proc = subprocess.Popen([sys.executable, script, str(port), *args])
+        started.append(proc)
         wait_for_port(port)
-        return f"http://127.0.0.1:{port}"
+        return ScriptServer(f"http://127.0.0.1:{port}", proc.pid)
 
     yield start
     for proc in started:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,10 +41,10 @@ def truth(path: Path) -> dict[str, float]:
     return {"ttft": mean(ttft), "ttfo": mean(ttfo), "itl": mean(itl), "tpot": mean(tpot)}
 
 
-def test_accuracy_at_concurrency_128(tmp_path: Path, start_script: Callable[..., str]) -> None:
+def test_accuracy_at_concurrency_128(tmp_path: Path, start_script: Callable[..., Any]) -> None:
     """Reported ITL, TPOT, TTFO within 2% and TTFT within 5% of the server's truth."""
     truth_file = tmp_path / "truth.jsonl"
-    url = start_script(str(SCRIPT), str(truth_file))
+    url = start_script(str(SCRIPT), str(truth_file)).url
     spec = BenchSpec(url, "scripted", "chat", 8, OUTPUT, 0.0, 256, warmup=0)
     out = tmp_path / "run"
     _, stopped = run_bench(spec, [PointSpec("c=128", concurrency=128)], out, version="t")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -15,9 +16,9 @@ pytestmark = pytest.mark.integration
 SCRIPT = Path(__file__).with_name("faulty_server.py")
 
 
-def test_failures_counted_by_kind(tmp_path: Path, start_script: Callable[..., str]) -> None:
+def test_failures_counted_by_kind(tmp_path: Path, start_script: Callable[..., Any]) -> None:
     """Invalid JSON, cuts, missing [DONE], 500, 429 and hangs each land in their class."""
-    url = start_script(str(SCRIPT))
+    url = start_script(str(SCRIPT)).url
     result = CliRunner().invoke(cli, [
         "bench", "--url", url, "--concurrency", "1", "--requests-per-point", "14",
         "--warmup", "0", "--input-len", "4", "--output-len", "2", "--timeout", "0.5",
