@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import random
 from collections.abc import Callable
 from pathlib import Path
 
+import aiohttp
 import pytest
 from click.testing import CliRunner
 
+from servekit.bench.runner import BenchSpec, plan_requests
 from servekit.bench.store import read_records
 from servekit.cli.main import cli
 
@@ -142,3 +146,25 @@ def test_bench_dataset_and_length_distribution(server: str, tmp_path: Path) -> N
     prompts = {r.prompt_tokens for r in read_records(tmp_path / "b")}
     assert len(prompts) > 1
     assert all(32 <= p <= 96 for p in prompts)
+
+
+def test_shared_prefix_prompts(server: str) -> None:
+    """--shared-prefix prompts share their start and still hit the exact token length."""
+    spec = BenchSpec(server, "MiniMax-M3-MXFP8", "completions", 200, 8, shared_prefix=80)
+
+    async def go() -> list[str]:
+        async with aiohttp.ClientSession() as session:
+            planned = await plan_requests(session, spec, 5, random.Random(0))
+            counts = []
+            for p in planned:
+                async with session.post(
+                    f"{server}/tokenize", json={"model": spec.model, "prompt": p.body["prompt"]}
+                ) as r:
+                    counts.append((await r.json())["count"])
+            assert counts == [200] * 5
+            return [p.body["prompt"] for p in planned]
+
+    prompts = asyncio.run(go())
+    head = prompts[0][:200]
+    assert all(p.startswith(head) for p in prompts)
+    assert len(set(prompts)) == 5

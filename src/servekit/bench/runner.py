@@ -50,6 +50,7 @@ class BenchSpec:
     input_dist: LengthSpec | None = None  # overrides input_len when set
     output_dist: LengthSpec | None = None  # overrides output_len when set
     dataset: tuple[PromptItem, ...] | None = None  # prompts from a file instead of synthetic
+    shared_prefix: int = 0  # tokens every synthetic prompt starts with (prefix caching)
 
 
 @dataclass(frozen=True, slots=True)

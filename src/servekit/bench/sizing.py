@@ -40,20 +40,27 @@ async def _count(session: aiohttp.ClientSession, spec: BenchSpec, prompt: str) -
 async def sized_prompts(
     session: aiohttp.ClientSession, spec: BenchSpec, lengths: list[int], rng: random.Random
 ) -> list[str]:
-    """Return one distinct prompt per target length (exact when /tokenize exists)."""
+    """Return one distinct prompt per target length (exact when /tokenize exists).
+
+    With `spec.shared_prefix`, every prompt starts with the same text of about that many
+    tokens (a prefix-cache workload); the distinct rest makes up the target length.
+    """
+    prefix = ""
+    if spec.shared_prefix:
+        prefix = words(spec.shared_prefix, random.Random(spec.seed ^ 0x5EED)) + " "
     out: list[str] = []
     words_per_token = 1.0
     for target in lengths:
         state = rng.getstate()
-        count_words = max(1, round(target * words_per_token))
-        prompt = words(count_words, rng)
+        rest = max(1, round((target - spec.shared_prefix) * words_per_token))
+        prompt = prefix + words(rest, rng)
         for _ in range(MAX_ADJUST):
             counted = await _count(session, spec, prompt)
             if counted is None or counted == target:
                 break
-            count_words = max(1, count_words + round((target - counted) * words_per_token))
+            rest = max(1, rest + round((target - counted) * words_per_token))
             rng.setstate(state)
-            prompt = words(count_words, rng)
-        words_per_token = count_words / target
+            prompt = prefix + words(rest, rng)
+        words_per_token = rest / max(target - spec.shared_prefix, 1)
         out.append(prompt)
     return out

@@ -35,6 +35,8 @@ from servekit.workload.datasets import load_dataset_text, parse_length
               help="Prompt tokens: N, N:uniform or N:normal:SD (sized with /tokenize).")
 @click.option("--output-len", default="128", show_default=True,
               help="Output tokens: N, N:uniform or N:normal:SD.")
+@click.option("--shared-prefix", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Tokens every synthetic prompt shares at its start (prefix caching).")
 @click.option("--dataset", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Prompts from a JSONL file (prompt or messages) or a ShareGPT JSON file.")
 @click.option("--api", type=click.Choice(["chat", "completions"]), default="chat",
@@ -52,7 +54,8 @@ from servekit.workload.datasets import load_dataset_text, parse_length
 @handles_errors
 def bench_command(url: str, model: str, concurrency: str | None, rate: str | None, arrival: str,
                   max_concurrency: int | None, requests_per_point: int, warmup: int,
-                  input_len: str, output_len: str, dataset: Path | None, api: str,
+                  input_len: str, output_len: str, shared_prefix: int, dataset: Path | None,
+                  api: str,
                   temperature: float,
                   chat_template_kwargs: str | None, slo: str | None, timeout: float, seed: int,
                   api_key_env: str, out: Path,
@@ -69,6 +72,9 @@ def bench_command(url: str, model: str, concurrency: str | None, rate: str | Non
         raise UsageError(f"--chat-template-kwargs is not JSON ({exc.msg})") from None
     key = os.environ.get(api_key_env)
     ilen, olen = parse_length(input_len, "--input-len"), parse_length(output_len, "--output-len")
+    if shared_prefix and shared_prefix >= ilen.mean // 2:
+        raise UsageError(f"--shared-prefix {shared_prefix} leaves too little of --input-len "
+                         f"{input_len}", fix="keep the shared prefix under half the input")
     text = dataset.read_text(encoding="utf-8") if dataset else None
     items = load_dataset_text(text, str(dataset)) if text is not None else None
     spec = BenchSpec(url.rstrip("/"), model, api, ilen.mean, olen.mean, temperature,
@@ -76,7 +82,7 @@ def bench_command(url: str, model: str, concurrency: str | None, rate: str | Non
                      {"Authorization": f"Bearer {key}"} if key else {}, kwargs, timeout,
                      ilen if ilen.kind != "fixed" else None,
                      olen if olen.kind != "fixed" else None,
-                     tuple(items) if items else None)
+                     tuple(items) if items else None, shared_prefix)
     points = [PointSpec(f"c={int(c)}", concurrency=int(c))
               for c in _numbers(concurrency, int, "--concurrency")]
     points += [PointSpec(f"rate={r:g}", rate_rps=r, arrival=arrival,
