@@ -42,13 +42,20 @@ def truth(path: Path) -> dict[str, float]:
 
 
 def test_accuracy_at_concurrency_128(tmp_path: Path, start_script: Callable[..., Any]) -> None:
-    """Reported ITL, TPOT, TTFO within 2% and TTFT within 5% of the server's truth."""
-    truth_file = tmp_path / "truth.jsonl"
-    url = start_script(str(SCRIPT), str(truth_file)).url
-    spec = BenchSpec(url, "scripted", "chat", 8, OUTPUT, 0.0, 256, warmup=0)
-    out = tmp_path / "run"
-    _, stopped = run_bench(spec, [PointSpec("c=128", concurrency=128)], out, version="t")
-    assert stopped is None
+    """Reported ITL, TPOT, TTFO within 2% and TTFT within 5% of the server's truth.
+
+    The bounds hold for a run the client certifies as valid; a run it flags (event-loop
+    lag or CPU saturation from other load on this 2-core machine) is measured again once.
+    """
+    for attempt in range(2):  # a second try only when the client flagged itself invalid
+        truth_file = tmp_path / f"truth{attempt}.jsonl"
+        url = start_script(str(SCRIPT), str(truth_file)).url
+        spec = BenchSpec(url, "scripted", "chat", 8, OUTPUT, 0.0, 256, warmup=0)
+        out = tmp_path / f"run{attempt}"
+        summary, stopped = run_bench(spec, [PointSpec("c=128", concurrency=128)], out, version="t")
+        assert stopped is None
+        if summary["points"][0]["client"]["valid"]:  # type: ignore[index]
+            break
     m = point_metrics(read_records(out))
     true = truth(truth_file)
     assert m.completed == 256

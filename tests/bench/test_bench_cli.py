@@ -154,7 +154,8 @@ def test_shared_prefix_prompts(server: str) -> None:
 
     async def go() -> list[str]:
         async with aiohttp.ClientSession() as session:
-            planned = await plan_requests(session, spec, 5, random.Random(0))
+            planned, method = await plan_requests(session, spec, 5, random.Random(0))
+            assert method == "server /tokenize"
             counts = []
             for p in planned:
                 async with session.post(

@@ -14,7 +14,7 @@ def rec(tokens: int, ok: bool = True) -> RequestRecord:
 
 
 def test_certify_flags_a_lagging_or_busy_client() -> None:
-    """Loop lag or send lag over 10 ms (p99), or CPU over 90%, invalidates a point."""
+    """Loop lag over 20 ms or send lag over 10 ms (p99), or CPU over 90%, invalidate a point."""
     warnings, figures = certify([0.5] * 100, [], 0.3)
     assert warnings == []
     assert figures["loop_lag_ms_p99"] == 0.5

@@ -1,66 +1,118 @@
-"""Size synthetic prompts to an exact token count with the server's tokenizer (shell).
+"""Size synthetic prompts to an exact token count (shell).
 
-With `/tokenize` the word count of each prompt is adjusted until the server counts exactly
-`input_len` tokens (for chat, including the chat template's tokens). Without it, prompts
-use a stated approximation of one word per token and the summary says so.
+The count comes from the server's `/tokenize` (for chat, including the chat template's
+tokens); when the server has none, from a local `tokenizer.json` given with `--tokenizer`
+(the prompt text only: the chat template's few tokens are not counted); else prompts use a
+stated approximation of one word per token. The method used is reported in the summary.
 """
 
 from __future__ import annotations
 
 import random
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
+from tokenizers import Tokenizer
 
+from servekit.errors import ConfigError
 from servekit.workload.synthetic import words
 
 if TYPE_CHECKING:
     from servekit.bench.runner import BenchSpec
 
-MAX_ADJUST = 6
+MAX_ADJUST = 12
+SERVER = "server /tokenize"
+LOCAL = "local tokenizer.json"
+APPROXIMATE = "approximate (one word per token)"
 
 
-async def _count(session: aiohttp.ClientSession, spec: BenchSpec, prompt: str) -> int | None:
-    body: dict[str, Any] = {"model": spec.model}
-    if spec.api == "chat":
-        body["messages"] = [{"role": "user", "content": prompt}]
-    else:
-        body["prompt"] = prompt
+@cache
+def _load_tokenizer(path: str) -> Tokenizer:
     try:
-        async with session.post(f"{spec.base_url}/tokenize", json=body) as r:
-            if r.status != 200:
-                return None
-            doc = await r.json()
-    except (aiohttp.ClientError, TimeoutError, ValueError):
+        return Tokenizer.from_file(path)
+    except Exception as exc:  # the library raises plain Exception on bad files
+        raise ConfigError(
+            f"cannot load tokenizer {path!r}: {exc}", fix="pass a Hugging Face tokenizer.json"
+        ) from None
+
+
+class Sizer:
+    """Counts prompt tokens, preferring the server, and remembers which method it used."""
+
+    def __init__(self, session: aiohttp.ClientSession, spec: BenchSpec) -> None:
+        self.session = session
+        self.spec = spec
+        self.server_ok = True
+        self.method = APPROXIMATE
+
+    async def count(self, prompt: str) -> int | None:
+        """Tokens of the prompt as sent, or None when no counter is available."""
+        if self.server_ok:
+            counted = await self._server_count(prompt)
+            if counted is not None:
+                self.method = SERVER
+                return counted
+            self.server_ok = False  # do not ask again for every prompt
+        if self.spec.tokenizer:
+            self.method = LOCAL
+            tokenizer = _load_tokenizer(self.spec.tokenizer)
+            return len(tokenizer.encode(prompt, add_special_tokens=False).ids)
         return None
-    count = doc.get("count") if isinstance(doc, dict) else None
-    return count if isinstance(count, int) else None
+
+    async def _server_count(self, prompt: str) -> int | None:
+        spec = self.spec
+        body: dict[str, Any] = {"model": spec.model}
+        if spec.api == "chat":
+            body["messages"] = [{"role": "user", "content": prompt}]
+        else:
+            body["prompt"] = prompt
+        try:
+            async with self.session.post(f"{spec.base_url}/tokenize", json=body) as r:
+                if r.status != 200:
+                    return None
+                doc = await r.json()
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            return None
+        count = doc.get("count") if isinstance(doc, dict) else None
+        return count if isinstance(count, int) else None
 
 
 async def sized_prompts(
     session: aiohttp.ClientSession, spec: BenchSpec, lengths: list[int], rng: random.Random
-) -> list[str]:
-    """Return one distinct prompt per target length (exact when /tokenize exists).
+) -> tuple[list[str], str]:
+    """Return one distinct prompt per target length, and the counting method used.
 
     With `spec.shared_prefix`, every prompt starts with the same text of about that many
     tokens (a prefix-cache workload); the distinct rest makes up the target length.
     """
+    sizer = Sizer(session, spec)
     prefix = ""
+    prefix_tokens = 0
     if spec.shared_prefix:
         prefix = words(spec.shared_prefix, random.Random(spec.seed ^ 0x5EED)) + " "
+        prefix_tokens = await sizer.count(prefix) or spec.shared_prefix
     out: list[str] = []
     words_per_token = 1.0
     for target in lengths:
         state = rng.getstate()
-        rest = max(1, round((target - spec.shared_prefix) * words_per_token))
+        want = max(target - prefix_tokens, 1)
+        rest = max(1, round(want * words_per_token))
         prompt = prefix + words(rest, rng)
+        tried: set[int] = set()
         for _ in range(MAX_ADJUST):
-            counted = await _count(session, spec, prompt)
+            counted = await sizer.count(prompt)
             if counted is None or counted == target:
                 break
-            rest = max(1, rest + round((target - counted) * words_per_token))
+            tried.add(rest)
+            words_per_token = rest / max(counted - prefix_tokens, 1)
+            step = round(want * words_per_token) - rest
+            if step == 0 or rest + step in tried:  # rounding stalls: walk one word
+                step = 1 if counted < target else -1
+            if rest + step < 1 or rest + step in tried:
+                break  # the closest length this tokenizer allows
+            rest += step
             rng.setstate(state)
             prompt = prefix + words(rest, rng)
-        words_per_token = rest / max(target - spec.shared_prefix, 1)
         out.append(prompt)
-    return out
+    return out, sizer.method

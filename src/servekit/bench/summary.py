@@ -59,6 +59,7 @@ def bench_summary(
     server_version: str | None,
     profile: str | None,
     slo: Slo | None = None,
+    input_len_method: str = "",
 ) -> dict[str, object]:
     """The run's summary.json (DESIGN.md section 4); the API key is never part of it."""
     points = [
@@ -83,6 +84,7 @@ def bench_summary(
         workload={
             "api": spec.api,
             "input_len": spec.input_len,
+            "input_len_method": input_len_method,
             "output_len": spec.output_len,
             "temperature": spec.temperature,
             "requests_per_point": spec.requests_per_point,
@@ -145,6 +147,7 @@ def run_bench(
         server_version=server_version,
         profile=None,
         slo=slo,
+        input_len_method=progress.input_len_method,
     )
     write_summary(out, summary)
     write_summary_tables(out, summary)

@@ -35,6 +35,8 @@ from servekit.workload.datasets import load_dataset_text, parse_length
               help="Prompt tokens: N, N:uniform or N:normal:SD (sized with /tokenize).")
 @click.option("--output-len", default="128", show_default=True,
               help="Output tokens: N, N:uniform or N:normal:SD.")
+@click.option("--tokenizer", type=click.Path(exists=True, dir_okay=False),
+              help="A tokenizer.json to size prompts when the server has no /tokenize.")
 @click.option("--shared-prefix", type=click.IntRange(min=0), default=0, show_default=True,
               help="Tokens every synthetic prompt shares at its start (prefix caching).")
 @click.option("--dataset", type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -54,7 +56,8 @@ from servekit.workload.datasets import load_dataset_text, parse_length
 @handles_errors
 def bench_command(url: str, model: str, concurrency: str | None, rate: str | None, arrival: str,
                   max_concurrency: int | None, requests_per_point: int, warmup: int,
-                  input_len: str, output_len: str, shared_prefix: int, dataset: Path | None,
+                  input_len: str, output_len: str, tokenizer: str | None, shared_prefix: int,
+                  dataset: Path | None,
                   api: str,
                   temperature: float,
                   chat_template_kwargs: str | None, slo: str | None, timeout: float, seed: int,
@@ -82,7 +85,7 @@ def bench_command(url: str, model: str, concurrency: str | None, rate: str | Non
                      {"Authorization": f"Bearer {key}"} if key else {}, kwargs, timeout,
                      ilen if ilen.kind != "fixed" else None,
                      olen if olen.kind != "fixed" else None,
-                     tuple(items) if items else None, shared_prefix)
+                     tuple(items) if items else None, shared_prefix, tokenizer)
     points = [PointSpec(f"c={int(c)}", concurrency=int(c))
               for c in _numbers(concurrency, int, "--concurrency")]
     points += [PointSpec(f"rate={r:g}", rate_rps=r, arrival=arrival,

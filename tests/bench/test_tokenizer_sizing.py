@@ -1,0 +1,62 @@
+"""Prompt sizing with a local tokenizer.json when the server has no /tokenize."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+from servekit.bench.runner import BenchSpec, plan_requests
+from servekit.workload.synthetic import words
+
+pytestmark = pytest.mark.integration
+SCRIPT = Path(__file__).with_name("scripted_server.py")
+
+
+def make_tokenizer(path: Path) -> Tokenizer:
+    """A small BPE tokenizer trained on the synthetic vocabulary (real tokenizers library)."""
+    tok = Tokenizer(models.BPE(unk_token="[UNK]"))  # noqa: S106 - a token name, not a secret
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    trainer = trainers.BpeTrainer(vocab_size=60, special_tokens=["[UNK]"])
+    tok.train_from_iterator([words(2000, random.Random(1))], trainer)
+    tok.save(str(path))
+    return tok
+
+
+def test_local_tokenizer_sizes_prompts_exactly(
+    tmp_path: Path, start_script: Callable[..., Any]
+) -> None:
+    """Without /tokenize, --tokenizer counts locally: prompts land on the target, or on the
+    closest length whole pseudo-words allow (each is several BPE tokens here)."""
+    tok = make_tokenizer(tmp_path / "tokenizer.json")
+    server = start_script(str(SCRIPT), str(tmp_path / "truth.jsonl"))
+    spec = BenchSpec(
+        server.url, "scripted", "completions", 300, 8, tokenizer=str(tmp_path / "tokenizer.json")
+    )
+
+    async def go() -> tuple[list[Any], str]:
+        async with aiohttp.ClientSession() as session:
+            return await plan_requests(session, spec, 4, random.Random(0))
+
+    planned, method = asyncio.run(go())
+    assert method == "local tokenizer.json"
+    for p in planned:
+        assert abs(len(tok.encode(p.body["prompt"], add_special_tokens=False).ids) - 300) <= 3
+
+
+def test_no_counter_is_stated(tmp_path: Path, start_script: Callable[..., Any]) -> None:
+    """Without /tokenize or a tokenizer the approximation is named."""
+    server = start_script(str(SCRIPT), str(tmp_path / "truth.jsonl"))
+    spec = BenchSpec(server.url, "scripted", "completions", 50, 8)
+
+    async def go() -> tuple[list[Any], str]:
+        async with aiohttp.ClientSession() as session:
+            return await plan_requests(session, spec, 2, random.Random(0))
+
+    assert asyncio.run(go())[1] == "approximate (one word per token)"
