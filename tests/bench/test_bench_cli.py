@@ -169,3 +169,16 @@ def test_shared_prefix_prompts(server: str) -> None:
     head = prompts[0][:200]
     assert all(p.startswith(head) for p in prompts)
     assert len(set(prompts)) == 5
+
+
+def test_concurrency_cap_is_not_client_lag(server: str, tmp_path: Path) -> None:
+    """Waiting for a --max-concurrency slot is not counted as the client lagging."""
+    result = CliRunner().invoke(cli, [
+        "bench", "--url", server, "--rate", "400", "--max-concurrency", "2",
+        "--requests-per-point", "12", "--warmup", "0", "--input-len", "16",
+        "--output-len", "4", "--out", str(tmp_path), "--json",
+    ])  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    client = json.loads(result.stdout)["points"][0]["client"]
+    assert client["send_lag_ms_p99"] < 10
+    assert client["valid"] is True

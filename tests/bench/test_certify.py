@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from servekit.bench.runner import _token_mismatch, certify
+from servekit.bench.store import RecordWriter
+from servekit.bench.summary import redact_url
+from servekit.errors import ServekitError, UsageError
 from servekit.records import RequestRecord
+from servekit.workload.synthetic import check_arrival
 
 
 def rec(tokens: int, ok: bool = True) -> RequestRecord:
@@ -29,3 +37,25 @@ def test_token_mismatch_only_when_all_succeeded() -> None:
     assert "generated 12 tokens" in _token_mismatch([rec(5), rec(5)], 12)[0]
     assert _token_mismatch([rec(5), rec(0, ok=False)], 12) == []
     assert _token_mismatch([rec(5)], None) == []
+
+
+def test_redact_url_drops_credentials() -> None:
+    """User and password never reach summary.json or the screen."""
+    assert redact_url("http://user:pw@10.0.0.1:8000/x") == "http://10.0.0.1:8000/x"
+    assert redact_url("http://127.0.0.1:8000") == "http://127.0.0.1:8000"
+
+
+def test_existing_run_directory_is_refused(tmp_path: Path) -> None:
+    """A second run into the same directory is refused instead of mixing records."""
+    with RecordWriter(tmp_path) as writer:
+        writer.write(rec(3))
+    with pytest.raises(ServekitError, match="already holds a run"):
+        RecordWriter(tmp_path)
+
+
+@pytest.mark.parametrize("text", ["gamma:abc", "gamma:0", "gamma:-1", "gamma:nan", "zipf"])
+def test_bad_arrivals_are_usage_errors(text: str) -> None:
+    """Only poisson, constant and gamma:SHAPE (SHAPE > 0) are accepted."""
+    with pytest.raises(UsageError, match="is not poisson, constant or gamma:SHAPE"):
+        check_arrival(text)
+    check_arrival("gamma:0.5")

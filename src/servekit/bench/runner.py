@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -226,12 +226,19 @@ async def run_points(
     connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
     outcomes = progress.outcomes
     async with aiohttp.ClientSession(
-        connector=connector, trace_configs=[timing_trace_config()]
+        connector=connector,
+        trace_configs=[timing_trace_config()],
+        timeout=aiohttp.ClientTimeout(total=None),  # each request has its own --timeout
     ) as session:
         total = spec.warmup + spec.requests_per_point * len(points)
         planned, progress.input_len_method = await plan_requests(session, spec, total, rng)
         warm = [p.body for p in planned[: spec.warmup]]
-        await asyncio.gather(*(stream_request(session, url, b, headers=spec.headers) for b in warm))
+        await asyncio.gather(
+            *(
+                stream_request(session, url, b, headers=spec.headers, timeout_s=spec.timeout_s)
+                for b in warm
+            )
+        )
         offset = spec.warmup
         for point in points:
             bodies = planned[offset : offset + spec.requests_per_point]
@@ -290,36 +297,11 @@ async def _run_point(
 
     lags: list[float] = []
     short: list[tuple[int, int]] = []
-    if point.concurrency is not None:
-        queue = iter(range(len(bodies)))
-
-        async def worker() -> None:
-            for index in queue:
-                await send(index, time.monotonic_ns())
-
-        await asyncio.gather(*(worker() for _ in range(point.concurrency)))
-    else:
-        assert point.rate_rps is not None
-        offsets = _arrivals(point, len(bodies), rng)
-        cap = asyncio.Semaphore(point.max_concurrency or len(bodies))
-        start = time.monotonic_ns()
-        tasks = []
-
-        async def capped(index: int, scheduled_ns: int) -> None:
-            async with cap:
-                lags.append((time.monotonic_ns() - scheduled_ns) / 1e6)
-                await send(index, scheduled_ns)
-
-        for index, offset_s in enumerate(offsets):
-            scheduled = start + int(offset_s * 1e9)
-            delay = (scheduled - time.monotonic_ns()) / 1e9
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(capped(index, scheduled)))
-        await asyncio.gather(*tasks)
-    stop.set()
-    await sampler
-    await monitor
+    try:
+        await _drive(point, bodies, send, lags, rng)
+    finally:
+        stop.set()
+        await asyncio.gather(sampler, monitor, return_exceptions=True)
     cpu_util = (time.process_time() - cpu_start) / max(time.monotonic() - wall_start, 1e-9)
     after = await scrape(session, spec.base_url)
     warnings, figures = certify(loop_lags, lags, cpu_util)
@@ -345,6 +327,49 @@ def _token_mismatch(records: list[RequestRecord], generated: object) -> list[str
         f"the server generated {int(generated)} tokens during the point but the client "
         f"counted {counted}: another client shares the server, or usage is misreported"
     ]
+
+
+async def _drive(
+    point: PointSpec,
+    bodies: list[Planned],
+    send: Callable[[int, int], Awaitable[None]],
+    lags: list[float],
+    rng: random.Random,
+) -> None:
+    """Send a point's requests: closed loop by workers, or open loop on the schedule."""
+    if point.concurrency is not None:
+        queue = iter(range(len(bodies)))
+
+        async def worker() -> None:
+            for index in queue:
+                await send(index, time.monotonic_ns())
+
+        await asyncio.gather(*(worker() for _ in range(point.concurrency)))
+        return
+    assert point.rate_rps is not None
+    offsets = _arrivals(point, len(bodies), rng)
+    cap = asyncio.Semaphore(point.max_concurrency or len(bodies))
+    start = time.monotonic_ns()
+    tasks = []
+
+    async def capped(index: int, scheduled_ns: int) -> None:
+        # Send lag is the client's own lateness, measured before any wait for a slot
+        # under --max-concurrency (that wait is the cap working, not the client lagging).
+        lags.append((time.monotonic_ns() - scheduled_ns) / 1e6)
+        async with cap:
+            await send(index, scheduled_ns)
+
+    try:
+        for index, offset_s in enumerate(offsets):
+            scheduled = start + int(offset_s * 1e9)
+            delay = (scheduled - time.monotonic_ns()) / 1e9
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(capped(index, scheduled)))
+        await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
 
 
 LOOP_TICK_S = 0.01

@@ -20,9 +20,15 @@ class RecordWriter:
     """Append records to DIR/records.jsonl, one line each, flushed as each is written."""
 
     def __init__(self, run_dir: Path) -> None:
+        path = run_dir / RECORDS_FILE
+        if path.is_file() and path.stat().st_size > 0:
+            raise ServekitError(
+                f"{run_dir} already holds a run ({RECORDS_FILE} is not empty)",
+                fix="choose a new --out directory or remove the old run",
+            )
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
-            self._file = (run_dir / RECORDS_FILE).open("a", encoding="utf-8")
+            self._file = path.open("a", encoding="utf-8")
         except OSError as exc:
             raise ServekitError(
                 f"cannot write records in {run_dir}: {exc.strerror}",

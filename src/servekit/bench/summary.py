@@ -7,6 +7,7 @@ import dataclasses
 import datetime as dt
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
@@ -15,6 +16,16 @@ from servekit.bench.runner import BenchSpec, PointOutcome, PointSpec, Progress, 
 from servekit.bench.store import RecordWriter, write_summary, write_summary_tables
 from servekit.errors import EndpointError, Interrupted, ServekitError
 from servekit.report.live import LiveProgress
+
+
+def redact_url(url: str) -> str:
+    """The URL without any user:password part, safe to write to files and logs."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 async def discover(base_url: str, headers: dict[str, str]) -> tuple[str, int | None, str | None]:
@@ -76,7 +87,7 @@ def bench_summary(
         servekit_version=version,
         started_at=started_at,
         target={
-            "url": spec.base_url,
+            "url": redact_url(spec.base_url),
             "model": spec.model,
             "server_version": server_version,
             "profile": profile,
@@ -118,6 +129,7 @@ def run_bench(
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     progress = Progress()
     stopped: ServekitError | None = None
+    crash: Exception | None = None
     with RecordWriter(out) as writer:
         try:
             run = run_points(
@@ -132,13 +144,13 @@ def run_bench(
             )
             stopped = asyncio.run(run).stopped
         except KeyboardInterrupt:
-            if progress.current is not None and progress.current_records:
-                note = "interrupted: the point did not finish"
-                partial = PointOutcome(progress.current, list(progress.current_records), {}, [note])
-                progress.outcomes.append(partial)
+            _keep_partial(progress, "interrupted: the point did not finish")
             stopped = Interrupted(
                 "interrupted; records and the summary cover the requests that finished"
             )
+        except Exception as exc:  # a bug: keep what finished, then let it surface
+            _keep_partial(progress, f"stopped by an internal error: {type(exc).__name__}")
+            crash = exc
     summary = bench_summary(
         spec,
         progress.outcomes,
@@ -151,4 +163,12 @@ def run_bench(
     )
     write_summary(out, summary)
     write_summary_tables(out, summary)
+    if crash is not None:
+        raise crash
     return summary, stopped
+
+
+def _keep_partial(progress: Progress, note: str) -> None:
+    if progress.current is not None and progress.current_records:
+        partial = PointOutcome(progress.current, list(progress.current_records), {}, [note])
+        progress.outcomes.append(partial)

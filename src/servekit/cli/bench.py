@@ -18,6 +18,7 @@ from servekit.errors import UsageError
 from servekit.report.live import LiveProgress
 from servekit.report.tables import points_table
 from servekit.workload.datasets import load_dataset_text, parse_length
+from servekit.workload.synthetic import check_arrival
 
 
 # fmt: off
@@ -67,8 +68,7 @@ def bench_command(url: str, model: str, concurrency: str | None, rate: str | Non
     """Load-test a server: exact streaming timing, per-request records, summary per point."""
     if (concurrency is None) == (rate is None):
         raise UsageError("give exactly one of --concurrency or --rate")
-    if arrival not in ("poisson", "constant") and not arrival.startswith("gamma:"):
-        raise UsageError(f"--arrival {arrival!r} is not poisson, constant or gamma:SHAPE")
+    check_arrival(arrival)
     try:
         kwargs = json.loads(chat_template_kwargs) if chat_template_kwargs else None
     except json.JSONDecodeError as exc:
@@ -103,6 +103,7 @@ def bench_command(url: str, model: str, concurrency: str | None, rate: str | Non
         assert isinstance(docs, list)
         target = summary["target"]
         assert isinstance(target, dict)
-        stdout_console().print(points_table(docs, title=f"bench {url} ({target['model']})"))
+        title = f"bench {target['url']} ({target['model']})"
+        stdout_console().print(points_table(docs, title=title))
     if stopped is not None:
         raise stopped

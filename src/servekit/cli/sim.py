@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
 from pathlib import Path
 
 import click
@@ -34,7 +35,7 @@ def _numbers(text: str | None, kind: type[int] | type[float], flag: str) -> list
         values = [kind(part) for part in text.split(",") if part.strip()]
     except ValueError:
         raise UsageError(f"{flag} {text!r} is not a comma-separated list of numbers") from None
-    if not values or any(v <= 0 for v in values):
+    if not values or any(not math.isfinite(v) or v <= 0 for v in values):
         raise UsageError(f"{flag} {text!r} needs positive numbers, e.g. {flag} 1,4,16")
     return values
 

@@ -64,21 +64,25 @@ class StreamReader:
 
     def __init__(self) -> None:
         self.result = StreamResult()
-        self._continuous = False
-        self._counted = 0  # completion tokens already attributed to chunks
+        self._usage: list[int | None] = []  # cumulative completion tokens seen on each chunk
         self._reasoning_chunks: list[int] = []  # indexes of chunks that were reasoning only
 
     def feed(self, data: str, arrival_ns: int) -> None:
-        """Consume one event's data (`[DONE]` or a JSON chunk)."""
-        r = self.result
+        """Consume one event's data (`[DONE]` or a JSON chunk); never raises."""
         if data.strip() == "[DONE]":
-            r.done = True
+            self.result.done = True
             return
         try:
             chunk: Any = json.loads(data)
+            self._chunk(chunk, arrival_ns)
         except json.JSONDecodeError as exc:
             self._fail(MALFORMED_CHUNK, f"chunk is not JSON ({exc.msg} at {exc.pos})")
-            return
+        except (ValueError, TypeError, RecursionError, AttributeError) as exc:
+            # e.g. integers too long to convert, nesting too deep, fields of the wrong type
+            self._fail(MALFORMED_CHUNK, f"chunk is malformed ({type(exc).__name__})")
+
+    def _chunk(self, chunk: Any, arrival_ns: int) -> None:
+        r = self.result
         if not isinstance(chunk, dict):
             self._fail(MALFORMED_CHUNK, "chunk is not a JSON object")
             return
@@ -98,26 +102,15 @@ class StreamReader:
             if isinstance(completion, int):
                 usage_tokens = completion
                 r.completion_tokens = completion
-        carries = bool(reasoning or content or tools)
-        if carries:
+        if reasoning or content or tools:
             if r.first_token_ns is None:
                 r.first_token_ns = arrival_ns
             if (content or tools) and r.first_answer_ns is None:
                 r.first_answer_ns = arrival_ns
-            tokens = 0
-            if usage_tokens is not None:
-                self._continuous = True
-                tokens = max(usage_tokens - self._counted, 0)
-                self._counted = max(self._counted, usage_tokens)
             if reasoning and not (content or tools):
                 self._reasoning_chunks.append(len(r.chunk_ns))
             r.chunk_ns.append(arrival_ns)
-            r.chunk_tokens.append(tokens)
-        elif usage_tokens is not None and self._continuous and usage_tokens > self._counted:
-            # a usage-only chunk after content: attribute the remainder to the last chunk
-            if r.chunk_tokens:
-                r.chunk_tokens[-1] += usage_tokens - self._counted
-            self._counted = usage_tokens
+            self._usage.append(usage_tokens)
 
     def _deltas(self, chunk: dict[str, Any]) -> tuple[str, str, bool]:
         r = self.result
@@ -148,7 +141,11 @@ class StreamReader:
         else:
             content = ""
         tools = False
-        for call in delta.get("tool_calls") or []:
+        calls = delta.get("tool_calls") or []
+        if not isinstance(calls, list):
+            self._fail(MALFORMED_CHUNK, "tool_calls is not a list")
+            calls = []
+        for call in calls:
             if not isinstance(call, dict) or not isinstance(call.get("index", 0), int):
                 self._fail(MALFORMED_CHUNK, "tool call delta without an integer index")
                 continue
@@ -171,18 +168,31 @@ class StreamReader:
     def finish(self, *, cut: bool = False) -> StreamResult:
         """Close the stream: classify cuts and empty output, and fill tokens per chunk.
 
-        Without per-chunk usage, the final completion count is spread over the chunks
-        that carried text (the remainder to the last ones), as DESIGN.md section 5 says.
+        Per-chunk usage counts only when it arrives on more than one token-carrying chunk
+        (vLLM's `continuous_usage_stats`): each chunk then carries the increase, and a final
+        usage-only count beyond the last chunk goes to the last chunk. Otherwise the final
+        completion count is spread over the chunks that carried tokens (the remainder to the
+        last ones), as DESIGN.md section 5 says.
         """
         r = self.result
         if cut or not r.done:
             self._fail(STREAM_CUT, "the stream ended before [DONE]")
         if r.error_kind is None and not r.chunk_ns:
             self._fail(EMPTY_OUTPUT, "the stream carried no generated token")
-        if not self._continuous and r.chunk_ns:
-            total = r.completion_tokens if r.completion_tokens is not None else len(r.chunk_ns)
-            n = len(r.chunk_ns)
-            base, extra = divmod(total, n)
-            r.chunk_tokens = [base + (1 if i >= n - extra else 0) for i in range(n)]
+        n = len(r.chunk_ns)
+        if n:
+            total = max(r.completion_tokens if r.completion_tokens is not None else n, 0)
+            seen = [u for u in self._usage if u is not None]
+            if len(seen) >= 2 or (n == 1 and seen):
+                counted = 0
+                r.chunk_tokens = []
+                for usage in self._usage:
+                    step = max((usage if usage is not None else counted) - counted, 0)
+                    counted += step
+                    r.chunk_tokens.append(step)
+                r.chunk_tokens[-1] += max(total - counted, 0)
+            else:
+                base, extra = divmod(total, n)
+                r.chunk_tokens = [base + (1 if i >= n - extra else 0) for i in range(n)]
         r.reasoning_tokens = sum(r.chunk_tokens[i] for i in self._reasoning_chunks)
         return r

@@ -7,7 +7,10 @@ the server's own tokenizer by the caller (`bench.sizing`); here `words` only bui
 
 from __future__ import annotations
 
+import math
 import random
+
+from servekit.errors import UsageError
 
 _SYLLABLES = (
     "ka", "lo", "mi", "ne", "so", "ta", "ru", "vi", "de", "po", "zu", "fa", "gi", "ho", "ja",
@@ -44,3 +47,23 @@ def gamma_arrivals(rate_rps: float, shape: float, count: int, rng: random.Random
 def constant_arrivals(rate_rps: float, count: int) -> list[float]:
     """Evenly spaced arrival offsets."""
     return [(i + 1) / rate_rps for i in range(count)]
+
+
+def check_arrival(text: str) -> None:
+    """Accept `poisson`, `constant` or `gamma:SHAPE` with a positive finite SHAPE.
+
+    Raises:
+        UsageError: anything else.
+    """
+    head, _, shape = text.partition(":")
+    if text in ("poisson", "constant"):
+        return
+    try:
+        if head == "gamma" and math.isfinite(float(shape)) and float(shape) > 0:
+            return
+    except ValueError:
+        pass
+    raise UsageError(
+        f"--arrival {text!r} is not poisson, constant or gamma:SHAPE",
+        fix="SHAPE is a positive number, e.g. gamma:0.5",
+    )
