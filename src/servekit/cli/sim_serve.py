@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import click
 
-from servekit.cli._output import handles_errors, profiles_dir_option, set_option
+from servekit.cli._output import handles_errors, json_option, profiles_dir_option, set_option
 from servekit.profiles import load_profile
 from servekit.sim.faults import ACCEPTED_FORMS, parse_faults
 from servekit.sim.server import serve
@@ -12,6 +14,12 @@ from servekit.sim.server import serve
 
 def _stderr(line: str) -> None:
     click.echo(line, err=True)
+
+
+def _json_ready(line: str) -> None:
+    """Turn the ready line into one JSON object on stdout (the URL with the bound port)."""
+    profile, _, url = line.removeprefix("servekit sim: serving ").partition(" on ")
+    click.echo(json.dumps({"event": "listening", "profile": profile, "url": url}))
 
 
 @click.command("serve")
@@ -43,6 +51,7 @@ def _stderr(line: str) -> None:
 )
 @set_option
 @profiles_dir_option
+@json_option
 @handles_errors
 def serve_command(
     profile_name: str,
@@ -53,6 +62,7 @@ def serve_command(
     fault_values: tuple[str, ...],
     overrides: tuple[str, ...],
     profiles_dirs: tuple[str, ...],
+    as_json: bool,
 ) -> None:
     """Serve a simulated vLLM deployment on HTTP until Ctrl-C or SIGTERM.
 
@@ -68,6 +78,6 @@ def serve_command(
         seed=seed,
         time_scale=time_scale,
         faults=faults,
-        announce=_stderr,
+        announce=_json_ready if as_json else _stderr,
         log=_stderr,
     )
