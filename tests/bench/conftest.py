@@ -8,6 +8,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -31,6 +32,21 @@ def wait_for_port(port: int) -> None:
         except OSError:
             time.sleep(0.05)
     raise AssertionError(f"nothing listened on port {port}")
+
+
+def wait_for_records(path: Path, count: int) -> None:
+    """Wait (about 30 s at most) until a records file holds `count` lines."""
+    for _ in range(600):
+        if path.is_file() and path.read_bytes().count(b"\n") >= count:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{path} did not reach {count} records")
+
+
+@pytest.fixture
+def records_waiter() -> Callable[[Path, int], None]:
+    """The `wait_for_records` helper, for tests that drive a run in a subprocess."""
+    return wait_for_records
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,7 +17,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def test_ctrl_c_keeps_records_and_summary(
-    tmp_path: Path, start_server: Callable[..., tuple[subprocess.Popen[bytes], str]]
+    tmp_path: Path,
+    start_server: Callable[..., tuple[subprocess.Popen[bytes], str]],
+    records_waiter: Callable[[Path, int], None],
 ) -> None:
     """SIGINT mid-sweep: exit 130, every record parses, summary.json covers them."""
     _, url = start_server()
@@ -30,10 +31,7 @@ def test_ctrl_c_keeps_records_and_summary(
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )  # fmt: skip
     records_file = out / "records.jsonl"
-    for _ in range(600):
-        if records_file.is_file() and records_file.read_bytes().count(b"\n") >= 20:
-            break
-        time.sleep(0.05)
+    records_waiter(records_file, 20)
     bench.send_signal(signal.SIGINT)
     _, err = bench.communicate(timeout=30)
     assert bench.returncode == 130, err.decode()

@@ -21,7 +21,7 @@ SCRIPT = Path(__file__).with_name("scripted_server.py")
 
 
 def test_kill_9_mid_sweep_keeps_every_finished_request(
-    tmp_path: Path, start_script: Callable[..., Any]
+    tmp_path: Path, start_script: Callable[..., Any], records_waiter: Callable[[Path, int], None]
 ) -> None:
     """Every line of records.jsonl parses and every request the server finished is there.
 
@@ -41,10 +41,7 @@ def test_kill_9_mid_sweep_keeps_every_finished_request(
     )  # fmt: skip
     try:
         records_file = out / "records.jsonl"
-        for _ in range(600):
-            if records_file.is_file() and records_file.read_bytes().count(b"\n") >= 24:
-                break
-            time.sleep(0.05)
+        records_waiter(records_file, 24)
         server_pid = server.pid
         frozen_at = time.monotonic_ns()
         os.kill(server_pid, signal.SIGSTOP)

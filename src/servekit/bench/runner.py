@@ -19,6 +19,7 @@ from typing import Any
 
 import aiohttp
 
+from servekit.analyze.summarize import distribution
 from servekit.bench.scrape import Snapshot, scrape, server_block
 from servekit.bench.sizing import sized_prompts
 from servekit.bench.store import RecordWriter
@@ -386,13 +387,6 @@ async def _monitor_loop(lags: list[float], stop: asyncio.Event) -> None:
         lags.append((time.monotonic() - start - LOOP_TICK_S) * 1000)
 
 
-def _p99(samples: list[float]) -> float | None:
-    if not samples:
-        return None
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
-
-
 def certify(
     loop_lags: list[float], send_lags: list[float], cpu_util: float
 ) -> tuple[list[str], dict[str, float | None]]:
@@ -401,7 +395,8 @@ def certify(
     A point is invalid when the event loop's p99 lag exceeds 20 ms, the p99 lag of sends
     behind their schedule exceeds 10 ms, or the client process used more than 90% of a core.
     """
-    loop_p99, send_p99 = _p99(loop_lags), _p99(send_lags)
+    loop_p99 = distribution(loop_lags, ci=False).p99
+    send_p99 = distribution(send_lags, ci=False).p99
     warnings = []
     if loop_p99 is not None and loop_p99 > MAX_LOOP_LAG_P99_MS:
         warnings.append(f"client event loop lagged {loop_p99:.1f} ms (p99): timings inflated")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import sys
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
@@ -15,7 +16,7 @@ from typing import Any, ParamSpec, TypeVar
 import click
 from rich.console import Console
 
-from servekit.errors import ServekitError
+from servekit.errors import ServekitError, UsageError
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -64,3 +65,16 @@ set_option: Callable[[Callable[..., Any]], Callable[..., Any]] = click.option(
     help="Override a profile value; a bare key means serve_args.KEY "
     "(e.g. --set max_model_len=65536 --set env.VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1).",
 )
+
+
+def parse_numbers(text: str | None, kind: type[int] | type[float], flag: str) -> list[float]:
+    """Parse a comma-separated list of positive finite numbers given to `flag`."""
+    if text is None:
+        return []
+    try:
+        values = [kind(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise UsageError(f"{flag} {text!r} is not a comma-separated list of numbers") from None
+    if not values or any(not math.isfinite(v) or v <= 0 for v in values):
+        raise UsageError(f"{flag} {text!r} needs positive numbers, e.g. {flag} 1,4,16")
+    return values

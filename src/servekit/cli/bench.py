@@ -12,8 +12,13 @@ from servekit import __version__
 from servekit.analyze.summarize import parse_slo
 from servekit.bench.runner import BenchSpec, PointSpec
 from servekit.bench.summary import run_bench
-from servekit.cli._output import emit_json, handles_errors, json_option, stdout_console
-from servekit.cli.sim import _numbers
+from servekit.cli._output import (
+    emit_json,
+    handles_errors,
+    json_option,
+    parse_numbers,
+    stdout_console,
+)
 from servekit.errors import UsageError
 from servekit.report.live import LiveProgress
 from servekit.report.tables import points_table
@@ -87,10 +92,10 @@ def bench_command(url: str, model: str, concurrency: str | None, rate: str | Non
                      olen if olen.kind != "fixed" else None,
                      tuple(items) if items else None, shared_prefix, tokenizer)
     points = [PointSpec(f"c={int(c)}", concurrency=int(c))
-              for c in _numbers(concurrency, int, "--concurrency")]
+              for c in parse_numbers(concurrency, int, "--concurrency")]
     points += [PointSpec(f"rate={r:g}", rate_rps=r, arrival=arrival,
                          max_concurrency=max_concurrency)
-               for r in _numbers(rate, float, "--rate")]
+               for r in parse_numbers(rate, float, "--rate")]
     objectives = parse_slo(slo) if slo else None
     with LiveProgress(enabled=not as_json) as live:
         summary, stopped = run_bench(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import math
 from pathlib import Path
 
 import click
@@ -14,6 +13,7 @@ from servekit.cli._output import (
     emit_json,
     handles_errors,
     json_option,
+    parse_numbers,
     profiles_dir_option,
     set_option,
     stdout_console,
@@ -26,18 +26,6 @@ from servekit.report.tables import points_table
 from servekit.sim.build import build_engine
 from servekit.sim.offline import LoadPoint
 from servekit.sim.sweep import simulate_sweep, sweep_summary
-
-
-def _numbers(text: str | None, kind: type[int] | type[float], flag: str) -> list[float]:
-    if text is None:
-        return []
-    try:
-        values = [kind(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise UsageError(f"{flag} {text!r} is not a comma-separated list of numbers") from None
-    if not values or any(not math.isfinite(v) or v <= 0 for v in values):
-        raise UsageError(f"{flag} {text!r} needs positive numbers, e.g. {flag} 1,4,16")
-    return values
 
 
 @click.group("sim")
@@ -82,10 +70,10 @@ def run_command(
     olen = output_len or profile.bench_defaults.output_len
     points = [
         LoadPoint(f"c={int(c)}", requests_per_point, ilen, olen, temperature, concurrency=int(c))
-        for c in _numbers(concurrency, int, "--concurrency")
+        for c in parse_numbers(concurrency, int, "--concurrency")
     ] + [
         LoadPoint(f"rate={r:g}", requests_per_point, ilen, olen, temperature, rate_rps=r)
-        for r in _numbers(rate, float, "--rate")
+        for r in parse_numbers(rate, float, "--rate")
     ]
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     results = simulate_sweep(lambda s: build_engine(profile, seed=s), points, seed=seed)
