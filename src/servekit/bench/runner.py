@@ -15,7 +15,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 
@@ -30,6 +30,8 @@ from servekit.workload.datasets import LengthSpec, PromptItem
 from servekit.workload.synthetic import constant_arrivals, gamma_arrivals, poisson_arrivals
 
 SAMPLE_EVERY_S = 0.25
+POOL_START_LEAD_S = 0.3  # worker processes start a point together, this long after dispatch
+Sender = Callable[[int, int], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +55,9 @@ class BenchSpec:
     dataset: tuple[PromptItem, ...] | None = None  # prompts from a file instead of synthetic
     shared_prefix: int = 0  # tokens every synthetic prompt starts with (prefix caching)
     tokenizer: str | None = None  # local tokenizer.json when the server has no /tokenize
+    duration_per_point_s: float | None = None  # a point also ends when this much time passed
+    tools: tuple[dict[str, Any], ...] = ()  # OpenAI tool definitions sent with chat requests
+    workers: int = 1  # processes that send the load (records merge in this one)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +109,9 @@ def request_body(
         )
         if spec.chat_template_kwargs is not None:
             body["chat_template_kwargs"] = spec.chat_template_kwargs
+        if spec.tools:
+            body["tools"] = list(spec.tools)
+            body["tool_choice"] = "auto"
     else:
         if prompt is None:  # chat messages sent to /v1/completions: join their text
             prompt = "\n".join(str(m.get("content", "")) for m in messages or ())
@@ -136,6 +144,11 @@ async def plan_requests(
     return [
         Planned(request_body(spec, p, out), out) for p, out in zip(prompts, outputs, strict=True)
     ], method
+
+
+def endpoint(spec: BenchSpec) -> str:
+    """The URL requests go to: chat completions or completions."""
+    return f"{spec.base_url}/v1/{'chat/completions' if spec.api == 'chat' else 'completions'}"
 
 
 def to_record(rid: str, point: str, scheduled_ns: int, timed: TimedStream) -> RequestRecord:
@@ -173,7 +186,7 @@ async def _sample_gauges(
             await asyncio.wait_for(stop.wait(), SAMPLE_EVERY_S)
 
 
-async def _warm_connections(session: aiohttp.ClientSession, base_url: str, count: int) -> None:
+async def warm_connections(session: aiohttp.ClientSession, base_url: str, count: int) -> None:
     """Open `count` keep-alive connections (concurrent /health calls) before a point, so no
     measured request pays for a TCP handshake."""
 
@@ -191,6 +204,14 @@ async def _health(session: aiohttp.ClientSession, base_url: str) -> int | None:
             return r.status
     except (aiohttp.ClientError, TimeoutError):
         return None
+
+
+class PointSender(Protocol):
+    """Sends a point's requests from other processes (`bench.pool.WorkerPool`)."""
+
+    async def send_point(
+        self, label: str, bodies: list[dict[str, Any]], share: Share, emit: Emit
+    ) -> list[ClientLoad]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,11 +240,15 @@ async def run_points(
     progress: Progress | None = None,
     on_record: Callable[[RequestRecord], None] = lambda _: None,
     on_point: Callable[[PointSpec, int], None] = lambda _p, _n: None,
+    pool: PointSender | None = None,
 ) -> BenchRun:
-    """Run every point in order; stop early (with the reason) if the server dies."""
+    """Run every point in order; stop early (with the reason) if the server dies.
+
+    With a `pool`, other processes send each point's requests and this one keeps the records.
+    """
     progress = progress if progress is not None else Progress()
     rng = random.Random(spec.seed)
-    url = f"{spec.base_url}/v1/{'chat/completions' if spec.api == 'chat' else 'completions'}"
+    url = endpoint(spec)
     connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
     outcomes = progress.outcomes
     async with aiohttp.ClientSession(
@@ -247,7 +272,16 @@ async def run_points(
             progress.current, progress.current_records = point, []
             on_point(point, len(bodies))
             outcome = await _run_point(
-                session, spec, url, point, bodies, writer, on_record, rng, progress.current_records
+                session,
+                spec,
+                url,
+                point,
+                bodies,
+                writer,
+                on_record,
+                rng,
+                progress.current_records,
+                pool,
             )
             progress.current = None
             outcomes.append(outcome)
@@ -264,6 +298,75 @@ async def run_points(
     return BenchRun(outcomes)
 
 
+@dataclass(frozen=True, slots=True)
+class Share:
+    """What one sending process does during a point.
+
+    Closed loop: `concurrency` senders take request indices from a shared taker. Open loop:
+    `schedule` lists (index, offset_s) from `start_ns`, with at most `cap` in flight.
+    """
+
+    open_loop: bool
+    concurrency: int = 0
+    schedule: tuple[tuple[int, float], ...] = ()
+    cap: int | None = None
+    start_ns: int = 0
+    deadline_ns: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClientLoad:
+    """How hard one sending process worked during a point (for `certify`)."""
+
+    loop_lags_ms: list[float]
+    send_lags_ms: list[float]
+    cpu_util: float
+
+
+Emit = Callable[[int, RequestRecord], None]
+
+
+async def send_share(
+    session: aiohttp.ClientSession,
+    url: str,
+    spec: BenchSpec,
+    label: str,
+    bodies: list[dict[str, Any]],
+    share: Share,
+    take: Taker,
+    emit: Emit,
+) -> ClientLoad:
+    """Send one process's share of a point; `emit(index, record)` as each request ends."""
+    loop_lags: list[float] = []
+    send_lags: list[float] = []
+    stop = asyncio.Event()
+    monitor = asyncio.create_task(_monitor_loop(loop_lags, stop))
+    cpu_start, wall_start = time.process_time(), time.monotonic()
+
+    async def send(index: int, scheduled_ns: int) -> None:
+        timed = await stream_request(
+            session, url, bodies[index], headers=spec.headers, timeout_s=spec.timeout_s
+        )
+        await asyncio.sleep(0)  # let other streams stamp their bytes before this bookkeeping
+        emit(index, to_record(f"{label}-{index}", label, scheduled_ns, timed))
+
+    try:
+        if (delay := (share.start_ns - time.monotonic_ns()) / 1e9) > 0:
+            await asyncio.sleep(delay)
+        if share.open_loop:
+            schedule = list(share.schedule)
+            await drive_open(
+                schedule, share.start_ns, share.cap, send, send_lags, share.deadline_ns
+            )
+        else:
+            await drive_closed(share.concurrency, take, send)
+    finally:
+        stop.set()
+        await asyncio.gather(monitor, return_exceptions=True)
+    cpu_util = (time.process_time() - cpu_start) / max(time.monotonic() - wall_start, 1e-9)
+    return ClientLoad(loop_lags, send_lags, cpu_util)
+
+
 async def _run_point(
     session: aiohttp.ClientSession,
     spec: BenchSpec,
@@ -274,38 +377,56 @@ async def _run_point(
     on_record: Callable[[RequestRecord], None],
     rng: random.Random,
     records: list[RequestRecord],
+    pool: PointSender | None,
 ) -> PointOutcome:
-    await _warm_connections(session, spec.base_url, point.concurrency or 8)
+    await warm_connections(session, spec.base_url, point.concurrency or 8)
     before: Snapshot | None = await scrape(session, spec.base_url)
     maxima: dict[str, float] = {}
     stop = asyncio.Event()
     sampler = asyncio.create_task(_sample_gauges(session, spec.base_url, maxima, stop))
-    loop_lags: list[float] = []
-    monitor = asyncio.create_task(_monitor_loop(loop_lags, stop))
-    cpu_start, wall_start = time.process_time(), time.monotonic()
+    short: list[tuple[int, int]] = []
 
-    async def send(index: int, scheduled_ns: int) -> None:
-        timed = await stream_request(
-            session, url, bodies[index].body, headers=spec.headers, timeout_s=spec.timeout_s
-        )
-        await asyncio.sleep(0)  # let other streams stamp their bytes before this bookkeeping
-        record = to_record(f"{point.label}-{index}", point.label, scheduled_ns, timed)
+    def keep(index: int, record: RequestRecord) -> None:
         if record.ok and record.output_tokens != bodies[index].output_len:
             short.append((record.output_tokens, bodies[index].output_len))
         writer.write(record)
         records.append(record)
         on_record(record)
 
-    lags: list[float] = []
-    short: list[tuple[int, int]] = []
+    start = time.monotonic_ns() + (int(POOL_START_LEAD_S * 1e9) if pool else 0)
+    deadline = None
+    if spec.duration_per_point_s is not None:
+        deadline = start + int(spec.duration_per_point_s * 1e9)
+    share = Share(
+        open_loop=point.concurrency is None,
+        concurrency=point.concurrency or 0,
+        schedule=()
+        if point.concurrency is not None
+        else tuple(enumerate(_arrivals(point, len(bodies), rng))),
+        cap=point.max_concurrency,
+        start_ns=start,
+        deadline_ns=deadline,
+    )
+    payloads = [b.body for b in bodies]
     try:
-        await _drive(point, bodies, send, lags, rng)
+        if pool is None:
+            taker = closed_taker(len(bodies), deadline)
+            loads = [
+                await send_share(session, url, spec, point.label, payloads, share, taker, keep)
+            ]
+        else:
+            loads = await pool.send_point(point.label, payloads, share, keep)
     finally:
         stop.set()
-        await asyncio.gather(sampler, monitor, return_exceptions=True)
-    cpu_util = (time.process_time() - cpu_start) / max(time.monotonic() - wall_start, 1e-9)
+        await asyncio.gather(sampler, return_exceptions=True)
     after = await scrape(session, spec.base_url)
-    warnings, figures = certify(loop_lags, lags, cpu_util)
+    warnings, figures = certify(
+        [lag for load in loads for lag in load.loop_lags_ms],
+        [lag for load in loads for lag in load.send_lags_ms],
+        max(load.cpu_util for load in loads),
+    )
+    if pool is not None:
+        figures["workers"] = len(loads)
     server = server_block(before, after, maxima)
     warnings = _length_warnings(short) + warnings
     warnings += _token_mismatch(records, server.get("generation_tokens"))
@@ -330,39 +451,58 @@ def _token_mismatch(records: list[RequestRecord], generated: object) -> list[str
     ]
 
 
-async def _drive(
-    point: PointSpec,
-    bodies: list[Planned],
-    send: Callable[[int, int], Awaitable[None]],
+Taker = Callable[[], "int | None"]
+
+
+def closed_taker(count: int, deadline_ns: int | None) -> Taker:
+    """Hand out request indices 0..count-1 in order, and none once the deadline has passed."""
+    indices = iter(range(count))
+
+    def take() -> int | None:
+        if deadline_ns is not None and time.monotonic_ns() >= deadline_ns:
+            return None
+        return next(indices, None)
+
+    return take
+
+
+async def drive_closed(concurrency: int, take: Taker, send: Sender) -> None:
+    """Closed loop: `concurrency` workers each send the next request when theirs ends."""
+
+    async def worker() -> None:
+        while (index := take()) is not None:
+            await send(index, time.monotonic_ns())
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
+async def drive_open(
+    schedule: list[tuple[int, float]],
+    start_ns: int,
+    cap: int | None,
+    send: Sender,
     lags: list[float],
-    rng: random.Random,
+    deadline_ns: int | None = None,
 ) -> None:
-    """Send a point's requests: closed loop by workers, or open loop on the schedule."""
-    if point.concurrency is not None:
-        queue = iter(range(len(bodies)))
+    """Open loop: send request `index` at `start_ns + offset_s`, at most `cap` in flight.
 
-        async def worker() -> None:
-            for index in queue:
-                await send(index, time.monotonic_ns())
-
-        await asyncio.gather(*(worker() for _ in range(point.concurrency)))
-        return
-    assert point.rate_rps is not None
-    offsets = _arrivals(point, len(bodies), rng)
-    cap = asyncio.Semaphore(point.max_concurrency or len(bodies))
-    start = time.monotonic_ns()
+    Arrivals scheduled at or after the deadline are not sent.
+    """
+    slots = asyncio.Semaphore(cap or max(len(schedule), 1))
     tasks = []
 
     async def capped(index: int, scheduled_ns: int) -> None:
         # Send lag is the client's own lateness, measured before any wait for a slot
         # under --max-concurrency (that wait is the cap working, not the client lagging).
         lags.append((time.monotonic_ns() - scheduled_ns) / 1e6)
-        async with cap:
+        async with slots:
             await send(index, scheduled_ns)
 
     try:
-        for index, offset_s in enumerate(offsets):
-            scheduled = start + int(offset_s * 1e9)
+        for index, offset_s in schedule:
+            scheduled = start_ns + int(offset_s * 1e9)
+            if deadline_ns is not None and scheduled >= deadline_ns:
+                break
             delay = (scheduled - time.monotonic_ns()) / 1e9
             if delay > 0:
                 await asyncio.sleep(delay)

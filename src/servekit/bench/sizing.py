@@ -1,9 +1,10 @@
 """Size synthetic prompts to an exact token count (shell).
 
 The count comes from the server's `/tokenize` (for chat, including the chat template's
-tokens); when the server has none, from a local `tokenizer.json` given with `--tokenizer`
-(the prompt text only: the chat template's few tokens are not counted); else prompts use a
-stated approximation of one word per token. The method used is reported in the summary.
+tokens and any tools it renders); when the server has none, from a local `tokenizer.json`
+given with `--tokenizer` (the prompt text only: the chat template's few tokens are not
+counted); else prompts use a stated approximation of one word per token. The method used
+is reported in the summary.
 """
 
 from __future__ import annotations
@@ -65,6 +66,10 @@ class Sizer:
         body: dict[str, Any] = {"model": spec.model}
         if spec.api == "chat":
             body["messages"] = [{"role": "user", "content": prompt}]
+            if spec.tools:  # the chat template renders the tools into the prompt
+                body["tools"] = list(spec.tools)
+            if spec.chat_template_kwargs is not None:
+                body["chat_template_kwargs"] = spec.chat_template_kwargs
         else:
             body["prompt"] = prompt
         try:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime as dt
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -12,6 +14,7 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 
 from servekit.analyze.summarize import Slo, point_metrics, point_to_json, summary_document
+from servekit.bench.pool import WorkerPool
 from servekit.bench.runner import BenchSpec, PointOutcome, PointSpec, Progress, run_points
 from servekit.bench.store import RecordWriter, write_summary, write_summary_tables
 from servekit.errors import EndpointError, Interrupted, ServekitError
@@ -28,8 +31,18 @@ def redact_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-async def discover(base_url: str, headers: dict[str, str]) -> tuple[str, int | None, str | None]:
-    """Return (served model id, max_model_len, server version) from /v1/models and /version.
+@dataclasses.dataclass(frozen=True, slots=True)
+class ServerInfo:
+    """What the server says it is: its first model's /v1/models entry and /version."""
+
+    model: str
+    max_model_len: int | None
+    version: str | None
+    model_entry: dict[str, object]
+
+
+async def discover(base_url: str, headers: dict[str, str]) -> ServerInfo:
+    """Read /v1/models (the served model, max_model_len) and /version.
 
     Raises:
         EndpointError: the server does not answer /v1/models with a model.
@@ -48,8 +61,8 @@ async def discover(base_url: str, headers: dict[str, str]) -> tuple[str, int | N
             raise EndpointError(
                 f"{base_url}/v1/models lists no model", fix="pass --model or check the server"
             )
-        model = str(data[0].get("id"))
-        max_len = data[0].get("max_model_len")
+        entry = {k: v for k, v in data[0].items() if k in _MODEL_FIELDS}
+        max_len = entry.get("max_model_len")
         version = None
         try:
             async with session.get(f"{base_url}/version", timeout=aiohttp.ClientTimeout(5)) as r:
@@ -58,7 +71,24 @@ async def discover(base_url: str, headers: dict[str, str]) -> tuple[str, int | N
                     version = str(v.get("version")) if isinstance(v, dict) else None
         except (aiohttp.ClientError, TimeoutError, ValueError):
             version = None
-    return model, max_len if isinstance(max_len, int) else None, version
+    return ServerInfo(
+        str(entry.get("id")), max_len if isinstance(max_len, int) else None, version, entry
+    )
+
+
+_MODEL_FIELDS = ("id", "root", "owned_by", "max_model_len", "parent", "created")
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """The command line with credentials removed from any URL in it."""
+    out = []
+    for arg in argv:
+        flag, eq, value = arg.partition("=")
+        if eq and flag.startswith("-"):
+            out.append(f"{flag}={redact_url(value)}")
+        else:
+            out.append(redact_url(arg) if "://" in arg else arg)
+    return out
 
 
 def bench_summary(
@@ -71,6 +101,8 @@ def bench_summary(
     profile: str | None,
     slo: Slo | None = None,
     input_len_method: str = "",
+    server: ServerInfo | None = None,
+    command: list[str] | None = None,
 ) -> dict[str, object]:
     """The run's summary.json (DESIGN.md section 4); the API key is never part of it."""
     points = [
@@ -83,7 +115,7 @@ def bench_summary(
         )
         for o in outcomes
     ]
-    return summary_document(
+    doc = summary_document(
         servekit_version=version,
         started_at=started_at,
         target={
@@ -91,6 +123,7 @@ def bench_summary(
             "model": spec.model,
             "server_version": server_version,
             "profile": profile,
+            "model_info": server.model_entry if server else None,
         },
         workload={
             "api": spec.api,
@@ -103,9 +136,17 @@ def bench_summary(
             "seed": spec.seed,
             "chat_template_kwargs": spec.chat_template_kwargs,
             "slo": None if slo is None else dataclasses.asdict(slo),
+            "duration_per_point_s": spec.duration_per_point_s,
+            "tools": [t.get("function", {}).get("name") for t in spec.tools],
+            "dataset_prompts": len(spec.dataset) if spec.dataset else None,
+            "shared_prefix": spec.shared_prefix,
+            "workers": spec.workers,
         },
         points=points,
     )
+    if command is not None:
+        doc["command"] = redact_argv(command)
+    return doc
 
 
 def run_bench(
@@ -116,6 +157,8 @@ def run_bench(
     version: str,
     slo: Slo | None = None,
     live: LiveProgress | None = None,
+    profile: str | None = None,
+    command: list[str] | None = None,
 ) -> tuple[dict[str, object], ServekitError | None]:
     """Discover the server, run the points, write records, summary.json, .csv and .md.
 
@@ -123,14 +166,14 @@ def run_bench(
     written even when the sweep stops early (dead server, Ctrl-C); the reason comes back as
     the second value.
     """
-    model, _, server_version = asyncio.run(discover(spec.base_url, spec.headers))
+    info = asyncio.run(discover(spec.base_url, spec.headers))
     if not spec.model:
-        spec = dataclasses.replace(spec, model=model)
+        spec = dataclasses.replace(spec, model=info.model)
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     progress = Progress()
     stopped: ServekitError | None = None
     crash: Exception | None = None
-    with RecordWriter(out) as writer:
+    with RecordWriter(out) as writer, _pool(spec) as pool:
         try:
             run = run_points(
                 spec,
@@ -141,6 +184,7 @@ def run_bench(
                 on_point=(lambda p, n: live.start_point(p.label, n))
                 if live
                 else lambda _p, _n: None,
+                pool=pool,
             )
             stopped = asyncio.run(run).stopped
         except KeyboardInterrupt:
@@ -156,16 +200,27 @@ def run_bench(
         progress.outcomes,
         version=version,
         started_at=started,
-        server_version=server_version,
-        profile=None,
+        server_version=info.version,
+        profile=profile,
         slo=slo,
         input_len_method=progress.input_len_method,
+        server=info,
+        command=command,
     )
     write_summary(out, summary)
     write_summary_tables(out, summary)
     if crash is not None:
         raise crash
     return summary, stopped
+
+
+@contextlib.contextmanager
+def _pool(spec: BenchSpec) -> Iterator[WorkerPool | None]:
+    if spec.workers <= 1:
+        yield None
+        return
+    with WorkerPool(spec, spec.workers) as pool:
+        yield pool
 
 
 def _keep_partial(progress: Progress, note: str) -> None:

@@ -2,45 +2,46 @@
 
 from __future__ import annotations
 
-import json
-import os
+import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
 from servekit import __version__
 from servekit.analyze.summarize import parse_slo
-from servekit.bench.runner import BenchSpec, PointSpec
 from servekit.bench.summary import run_bench
+from servekit.cli._bench_spec import bench_inputs
 from servekit.cli._output import (
     emit_json,
     handles_errors,
     json_option,
-    parse_numbers,
+    profiles_dir_option,
     stdout_console,
 )
-from servekit.errors import UsageError
 from servekit.report.live import LiveProgress
 from servekit.report.tables import points_table
-from servekit.workload.datasets import load_dataset_text, parse_length
-from servekit.workload.synthetic import check_arrival
 
 
 # fmt: off
 @click.command("bench")
-@click.option("--url", required=True, help="Server base URL, e.g. http://127.0.0.1:8000.")
-@click.option("--model", default="", help="Model name to request [the server's first model].")
+@click.option("--url", help="Server base URL, e.g. http://127.0.0.1:8000 [the profile's port].")
+@click.option("--model", default="", help="Model name to request [profile's, else the server's].")
+@click.option("--profile", help="A deployment profile: its URL, model and bench defaults.")
+@profiles_dir_option
 @click.option("--concurrency", help="Closed-loop concurrency levels, e.g. 1,4,16,128.")
 @click.option("--rate", help="Open-loop arrival rates in requests/s, e.g. 0.5,1,2.")
 @click.option("--arrival", default="poisson", show_default=True,
               help="poisson | gamma:SHAPE | constant (with --rate).")
 @click.option("--max-concurrency", type=click.IntRange(min=1), help="Cap in-flight (--rate).")
-@click.option("--requests-per-point", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option("--requests-per-point", type=click.IntRange(min=1), default=64, show_default=True,
+              help="Requests per point (with --duration-per-point: at most this many).")
+@click.option("--duration-per-point", type=click.FloatRange(min=0.1),
+              help="Seconds per point; no request starts after it (the point also ends when "
+                   "--requests-per-point requests have run).")
 @click.option("--warmup", type=click.IntRange(min=0), default=4, show_default=True)
-@click.option("--input-len", default="1024", show_default=True,
-              help="Prompt tokens: N, N:uniform or N:normal:SD (sized with /tokenize).")
-@click.option("--output-len", default="128", show_default=True,
-              help="Output tokens: N, N:uniform or N:normal:SD.")
+@click.option("--input-len", help="Prompt tokens: N, N:uniform or N:normal:SD [1024].")
+@click.option("--output-len", help="Output tokens: N, N:uniform or N:normal:SD [128].")
 @click.option("--tokenizer", type=click.Path(exists=True, dir_okay=False),
               help="A tokenizer.json to size prompts when the server has no /tokenize.")
 @click.option("--shared-prefix", type=click.IntRange(min=0), default=0, show_default=True,
@@ -51,62 +52,34 @@ from servekit.workload.synthetic import check_arrival
               show_default=True)
 @click.option("--temperature", type=click.FloatRange(min=0), default=0.0, show_default=True)
 @click.option("--chat-template-kwargs", help='JSON object, e.g. \'{"thinking_mode": "enabled"}\'.')
+@click.option("--tools", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="A JSON list of OpenAI tool definitions sent with every chat request.")
 @click.option("--slo", help="Goodput objectives, e.g. ttft_ms=500,tpot_ms=50,e2e_s=10.")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=600.0, show_default=True,
               help="Seconds one request may take before it counts as a timeout.")
+@click.option("--workers", type=click.IntRange(min=1, max=64), default=1, show_default=True,
+              help="Processes that send the load, past one client core; records merge.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--api-key-env", default="OPENAI_API_KEY", show_default=True,
               help="Environment variable holding the API key (never written anywhere).")
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path))
 @json_option
 @handles_errors
-def bench_command(url: str, model: str, concurrency: str | None, rate: str | None, arrival: str,
-                  max_concurrency: int | None, requests_per_point: int, warmup: int,
-                  input_len: str, output_len: str, tokenizer: str | None, shared_prefix: int,
-                  dataset: Path | None,
-                  api: str,
-                  temperature: float,
-                  chat_template_kwargs: str | None, slo: str | None, timeout: float, seed: int,
-                  api_key_env: str, out: Path,
-                  as_json: bool) -> None:
+def bench_command(as_json: bool, out: Path, slo: str | None, **opts: Any) -> None:
     # fmt: on
     """Load-test a server: exact streaming timing, per-request records, summary per point."""
-    if (concurrency is None) == (rate is None):
-        raise UsageError("give exactly one of --concurrency or --rate")
-    check_arrival(arrival)
-    try:
-        kwargs = json.loads(chat_template_kwargs) if chat_template_kwargs else None
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"--chat-template-kwargs is not JSON ({exc.msg})") from None
-    key = os.environ.get(api_key_env)
-    ilen, olen = parse_length(input_len, "--input-len"), parse_length(output_len, "--output-len")
-    if shared_prefix and shared_prefix >= ilen.mean // 2:
-        raise UsageError(f"--shared-prefix {shared_prefix} leaves too little of --input-len "
-                         f"{input_len}", fix="keep the shared prefix under half the input")
-    text = dataset.read_text(encoding="utf-8") if dataset else None
-    items = load_dataset_text(text, str(dataset)) if text is not None else None
-    spec = BenchSpec(url.rstrip("/"), model, api, ilen.mean, olen.mean, temperature,
-                     requests_per_point, warmup, seed,
-                     {"Authorization": f"Bearer {key}"} if key else {}, kwargs, timeout,
-                     ilen if ilen.kind != "fixed" else None,
-                     olen if olen.kind != "fixed" else None,
-                     tuple(items) if items else None, shared_prefix, tokenizer)
-    points = [PointSpec(f"c={int(c)}", concurrency=int(c))
-              for c in parse_numbers(concurrency, int, "--concurrency")]
-    points += [PointSpec(f"rate={r:g}", rate_rps=r, arrival=arrival,
-                         max_concurrency=max_concurrency)
-               for r in parse_numbers(rate, float, "--rate")]
+    spec, points, prof = bench_inputs(opts)
     objectives = parse_slo(slo) if slo else None
     with LiveProgress(enabled=not as_json) as live:
         summary, stopped = run_bench(
-            spec, points, out, version=__version__, slo=objectives, live=live
+            spec, points, out, version=__version__, slo=objectives, live=live,
+            profile=prof.name if prof else None, command=["servekit", *sys.argv[1:]],
         )
     if as_json:
         emit_json(summary)
     else:
-        docs = summary["points"]
+        docs, target = summary["points"], summary["target"]
         assert isinstance(docs, list)
-        target = summary["target"]
         assert isinstance(target, dict)
         title = f"bench {target['url']} ({target['model']})"
         stdout_console().print(points_table(docs, title=title))

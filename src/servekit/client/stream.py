@@ -9,9 +9,10 @@ problem is classified into `error_kind`.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 # Failure classes shared with the HTTP layer.
 MALFORMED_CHUNK = "malformed_chunk"
@@ -69,39 +70,44 @@ class StreamReader:
 
     def feed(self, data: str, arrival_ns: int) -> None:
         """Consume one event's data (`[DONE]` or a JSON chunk); never raises."""
-        if data.strip() == "[DONE]":
-            self.result.done = True
+        try:
+            chunk: Any = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            if data.strip() == "[DONE]":
+                self.result.done = True
+            else:
+                self._fail(MALFORMED_CHUNK, f"chunk is not JSON ({exc.msg} at {exc.pos})")
             return
         try:
-            chunk: Any = json.loads(data)
             self._chunk(chunk, arrival_ns)
-        except json.JSONDecodeError as exc:
-            self._fail(MALFORMED_CHUNK, f"chunk is not JSON ({exc.msg} at {exc.pos})")
         except (ValueError, TypeError, RecursionError, AttributeError) as exc:
-            # e.g. integers too long to convert, nesting too deep, fields of the wrong type
+            # e.g. fields of the wrong type deep inside a chunk
             self._fail(MALFORMED_CHUNK, f"chunk is malformed ({type(exc).__name__})")
 
     def _chunk(self, chunk: Any, arrival_ns: int) -> None:
+        # Runs for every chunk of every stream: plain lookups, the common shape first.
         r = self.result
         if not isinstance(chunk, dict):
             self._fail(MALFORMED_CHUNK, "chunk is not a JSON object")
             return
-        if "error" in chunk and not chunk.get("choices"):
+        choices = chunk.get("choices")
+        if not choices and "error" in chunk:
             err = chunk["error"]
             message = err.get("message") if isinstance(err, dict) else str(err)
             self._fail("server_error", str(message)[:500])
             return
-        reasoning, content, tools = self._deltas(chunk)
-        usage = chunk.get("usage")
         usage_tokens = None
-        if isinstance(usage, dict):
-            completion = usage.get("completion_tokens")
+        usage = chunk.get("usage")
+        if usage and isinstance(usage, dict):
             prompt = usage.get("prompt_tokens")
             if isinstance(prompt, int):
                 r.prompt_tokens = prompt
+            completion = usage.get("completion_tokens")
             if isinstance(completion, int):
-                usage_tokens = completion
-                r.completion_tokens = completion
+                usage_tokens = r.completion_tokens = completion
+        if not choices or not isinstance(choices, list):
+            return
+        reasoning, content, tools = self._deltas(choices[0])
         if reasoning or content or tools:
             if r.first_token_ns is None:
                 r.first_token_ns = arrival_ns
@@ -112,12 +118,8 @@ class StreamReader:
             r.chunk_ns.append(arrival_ns)
             self._usage.append(usage_tokens)
 
-    def _deltas(self, chunk: dict[str, Any]) -> tuple[str, str, bool]:
+    def _deltas(self, choice: Any) -> tuple[str, str, bool]:
         r = self.result
-        choices = chunk.get("choices")
-        if not isinstance(choices, list) or not choices:
-            return "", "", False
-        choice = choices[0]
         if not isinstance(choice, dict):
             self._fail(MALFORMED_CHUNK, "choice is not an object")
             return "", "", False
@@ -130,35 +132,39 @@ class StreamReader:
                 r.content.append(text)
                 return "", text, False
             return "", "", False
-        reasoning = delta.get("reasoning") or delta.get("reasoning_content") or ""
-        content = delta.get("content") or ""
-        if isinstance(reasoning, str) and reasoning:
-            r.reasoning.append(reasoning)
-        else:
-            reasoning = ""
-        if isinstance(content, str) and content:
+        content = delta.get("content")
+        if content and isinstance(content, str):
             r.content.append(content)
         else:
             content = ""
-        tools = False
-        calls = delta.get("tool_calls") or []
+        reasoning = delta.get("reasoning") or delta.get("reasoning_content")
+        if reasoning and isinstance(reasoning, str):
+            r.reasoning.append(reasoning)
+        else:
+            reasoning = ""
+        calls = delta.get("tool_calls")
+        return reasoning, content, bool(calls) and self._tool_deltas(calls)
+
+    def _tool_deltas(self, calls: Any) -> bool:
+        """Reassemble tool-call deltas by `index`; True when any was well formed."""
         if not isinstance(calls, list):
             self._fail(MALFORMED_CHUNK, "tool_calls is not a list")
-            calls = []
+            return False
+        tools = False
         for call in calls:
             if not isinstance(call, dict) or not isinstance(call.get("index", 0), int):
                 self._fail(MALFORMED_CHUNK, "tool call delta without an integer index")
                 continue
             tools = True
             index = call.get("index", 0)
-            acc = r.tool_calls.setdefault(index, ToolCall(index))
+            acc = self.result.tool_calls.setdefault(index, ToolCall(index))
             if call.get("id"):
                 acc.id = str(call["id"])
             function = call.get("function") or {}
             if isinstance(function, dict):
                 acc.name += str(function.get("name") or "")
                 acc.arguments += str(function.get("arguments") or "")
-        return reasoning, content, tools
+        return tools
 
     def _fail(self, kind: str, message: str) -> None:
         if self.result.error_kind is None:

@@ -1,0 +1,102 @@
+"""Turn `servekit bench` options (and an optional profile) into a BenchSpec and its points."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from servekit.bench.runner import BenchSpec, PointSpec
+from servekit.cli._output import parse_numbers
+from servekit.errors import UsageError
+from servekit.profiles import Profile, load_profile
+from servekit.workload.datasets import load_dataset_text, parse_length
+from servekit.workload.synthetic import check_arrival
+from servekit.workload.tools import parse_tools
+
+
+def bench_inputs(opts: dict[str, Any]) -> tuple[BenchSpec, list[PointSpec], Profile | None]:
+    """The spec, the points and the profile (if any) for one `servekit bench` call.
+
+    A profile supplies the URL (its published port on 127.0.0.1), the served model name and
+    the bench defaults (concurrency levels, input and output lengths) that options leave unset.
+    """
+    prof = (
+        load_profile(opts["profile"], extra_dirs=opts["profiles_dirs"]) if opts["profile"] else None
+    )
+    url = opts["url"] or (f"http://127.0.0.1:{prof.deploy.port}" if prof else None)
+    if url is None:
+        raise UsageError(
+            "--url is required without --profile", fix="e.g. --url http://127.0.0.1:8000"
+        )
+    concurrency, rate = opts["concurrency"], opts["rate"]
+    if prof and concurrency is None and rate is None:
+        concurrency = ",".join(str(c) for c in prof.bench_defaults.concurrency)
+    if (concurrency is None) == (rate is None):
+        raise UsageError("give exactly one of --concurrency or --rate")
+    check_arrival(opts["arrival"])
+    try:
+        kwargs = json.loads(opts["chat_template_kwargs"]) if opts["chat_template_kwargs"] else None
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--chat-template-kwargs is not JSON ({exc.msg})") from None
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise UsageError(
+            '--chat-template-kwargs must be a JSON object, e.g. \'{"thinking_mode": "enabled"}\''
+        )
+    defaults = (
+        (str(prof.bench_defaults.input_len), str(prof.bench_defaults.output_len))
+        if prof
+        else ("1024", "128")
+    )
+    ilen = parse_length(opts["input_len"] or defaults[0], "--input-len")
+    olen = parse_length(opts["output_len"] or defaults[1], "--output-len")
+    if opts["shared_prefix"] and opts["shared_prefix"] >= ilen.mean // 2:
+        raise UsageError(
+            f"--shared-prefix {opts['shared_prefix']} leaves too little of --input-len {ilen.mean}",
+            fix="keep the shared prefix under half the input",
+        )
+    dataset: Path | None = opts["dataset"]
+    items = (
+        load_dataset_text(dataset.read_text(encoding="utf-8"), str(dataset)) if dataset else None
+    )
+    key = os.environ.get(opts["api_key_env"])
+    model = opts["model"] or (prof.serve_args.served_model_name or prof.model.path if prof else "")
+    spec = BenchSpec(
+        base_url=url.rstrip("/"),
+        model=model,
+        api=opts["api"],
+        input_len=ilen.mean,
+        output_len=olen.mean,
+        temperature=opts["temperature"],
+        requests_per_point=opts["requests_per_point"],
+        warmup=opts["warmup"],
+        seed=opts["seed"],
+        headers={"Authorization": f"Bearer {key}"} if key else {},
+        chat_template_kwargs=kwargs,
+        timeout_s=opts["timeout"],
+        input_dist=ilen if ilen.kind != "fixed" else None,
+        output_dist=olen if olen.kind != "fixed" else None,
+        dataset=tuple(items) if items else None,
+        shared_prefix=opts["shared_prefix"],
+        tokenizer=opts["tokenizer"],
+        duration_per_point_s=opts["duration_per_point"],
+        tools=parse_tools(opts["tools"].read_text(encoding="utf-8"), str(opts["tools"]))
+        if opts["tools"]
+        else (),
+        workers=opts["workers"],
+    )
+    points = [
+        PointSpec(f"c={int(c)}", concurrency=int(c))
+        for c in parse_numbers(concurrency, int, "--concurrency")
+    ]
+    points += [
+        PointSpec(
+            f"rate={r:g}",
+            rate_rps=r,
+            arrival=opts["arrival"],
+            max_concurrency=opts["max_concurrency"],
+        )
+        for r in parse_numbers(rate, float, "--rate")
+    ]
+    return spec, points, prof
