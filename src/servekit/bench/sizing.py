@@ -61,6 +61,19 @@ class Sizer:
             return len(tokenizer.encode(prompt, add_special_tokens=False).ids)
         return None
 
+    def trim(self, prompt: str, target: int) -> str | None:
+        """With a local tokenizer: the prompt cut right after its `target`-th token, when
+        the cut text counts exactly `target` tokens again (None otherwise)."""
+        if self.method != LOCAL or not self.spec.tokenizer:
+            return None
+        tokenizer = _load_tokenizer(self.spec.tokenizer)
+        offsets = tokenizer.encode(prompt, add_special_tokens=False).offsets
+        for end_token in range(target, min(target + 3, len(offsets)) + 1):
+            cut = prompt[: offsets[end_token - 1][1]]
+            if len(tokenizer.encode(cut, add_special_tokens=False).ids) == target:
+                return cut
+        return None
+
     async def _server_count(self, prompt: str) -> int | None:
         spec = self.spec
         body: dict[str, Any] = {"model": spec.model}
@@ -119,5 +132,10 @@ async def sized_prompts(
             rest += step
             rng.setstate(state)
             prompt = prefix + words(rest, rng)
+        if counted is not None and counted != target:
+            # Whole words cannot land on the target: cut a longer prompt at a token.
+            rng.setstate(state)
+            longer = prefix + words(rest + abs(target - counted) + 2, rng)
+            prompt = sizer.trim(longer, target) or prompt
         out.append(prompt)
     return out, sizer.method
