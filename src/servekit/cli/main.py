@@ -10,6 +10,7 @@ from servekit.cli.plan import plan_command
 from servekit.cli.profiles import profiles_group
 from servekit.cli.render import render_command
 from servekit.cli.sim import sim_group
+from servekit.cli.validate import validate_command
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -23,6 +24,7 @@ cli.add_command(plan_command)
 cli.add_command(render_command)
 cli.add_command(sim_group)
 cli.add_command(bench_command)
+cli.add_command(validate_command)
 
 
 def main() -> None:

@@ -7,7 +7,7 @@ server latency; sessions without the hook fall back to the moment before the cal
 each arrival time when a piece of the response body arrives, before any parsing.
 Connections are reused by the caller's session. Failures never raise: they come back
 classified (connect, timeout, http_<status>, context_length, stream_cut, malformed_chunk,
-empty_output, server_error).
+empty_output, server_error, wrong_content_type).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from servekit.client.stream import StreamReader, StreamResult
 CONTEXT_LENGTH = "context_length"
 CONNECT = "connect"
 TIMEOUT = "timeout"
+WRONG_CONTENT_TYPE = "wrong_content_type"
 
 
 @dataclass(slots=True)
@@ -118,6 +119,14 @@ async def stream_request(
                     )
                     reader.result.error_kind, reader.result.error = kind, message
                     return TimedStream(sent, time.monotonic_ns(), status, reader.result)
+                if resp.content_type != "text/event-stream":
+                    body_start = (await resp.read())[:200].decode("utf-8", "replace")
+                    reader.result.error_kind = WRONG_CONTENT_TYPE
+                    reader.result.error = (
+                        f"answered Content-Type {resp.content_type or '(none)'!r}, not "
+                        f"text/event-stream: {body_start!r}"
+                    )
+                    return TimedStream(sent, time.monotonic_ns(), status, reader.result)
                 async for piece in resp.content.iter_any():
                     arrived = time.monotonic_ns()
                     # Yield once so every stream whose bytes arrived in the same poll stamps
@@ -141,3 +150,62 @@ async def stream_request(
         reader.result.error_kind = kind or reader.result.error_kind
         reader.result.error = message
     return TimedStream(sent, end, status, reader.result)
+
+
+@dataclass(frozen=True, slots=True)
+class JsonReply:
+    """A non-streaming request's outcome: the status and JSON document, or a classified
+    failure (`error_kind` as for streams, plus `not_json` for a body that is not JSON)."""
+
+    status: int | None
+    doc: Any
+    elapsed_s: float
+    error_kind: str | None = None
+    error: str | None = None
+    content_type: str = ""
+
+
+async def request_json(
+    session: aiohttp.ClientSession,
+    method: str,
+    url: str,
+    body: dict[str, Any] | None = None,
+    *,
+    headers: dict[str, str] | None = None,
+    timeout_s: float = 60.0,
+) -> JsonReply:
+    """GET or POST and read a JSON answer; never raises on a network or server failure."""
+    start = time.monotonic()
+    status: int | None = None
+    content_type = ""
+    try:
+        async with asyncio.timeout(timeout_s):
+            async with session.request(method, url, json=body, headers=headers) as resp:
+                status, content_type = resp.status, resp.content_type
+                raw = await resp.read()
+    except TimeoutError:
+        return JsonReply(
+            status, None, time.monotonic() - start, TIMEOUT, f"no answer within {timeout_s:g} s"
+        )
+    except aiohttp.ClientConnectorError as exc:
+        return JsonReply(None, None, time.monotonic() - start, CONNECT, str(exc))
+    except aiohttp.ClientError as exc:
+        return JsonReply(
+            status, None, time.monotonic() - start, "stream_cut", f"{type(exc).__name__}: {exc}"
+        )
+    elapsed = time.monotonic() - start
+    if status != 200:
+        message = _error_message(raw)
+        kind = (
+            CONTEXT_LENGTH
+            if status == 400 and "maximum context length" in message
+            else f"http_{status}"
+        )
+        return JsonReply(status, None, elapsed, kind, message, content_type)
+    try:
+        doc = json.loads(raw) if raw else None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return JsonReply(
+            status, None, elapsed, "not_json", f"the body is not JSON ({exc})", content_type
+        )
+    return JsonReply(status, doc, elapsed, None, None, content_type)

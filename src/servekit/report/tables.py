@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
 
 def _fmt(value: Any, spec: str) -> str:
@@ -54,5 +55,25 @@ def fit_table(rows: Sequence[Mapping[str, Any]], *, title: str) -> Table:
             f"{r['measured_latency_s']:.3f}",
             f"{r['simulated_latency_s']:.3f}",
             f"{r['latency_error']:+.1%}",
+        )
+    return table
+
+
+_STATUS_STYLE = {"pass": "green", "fail": "bold red", "warn": "yellow", "skip": "dim"}
+
+
+def checks_table(checks: list[dict[str, Any]], *, title: str) -> Table:
+    """validate's checks: status, name, one-line detail and duration (details escaped, since
+    they quote model output)."""
+    table = Table(title=title, show_lines=False)
+    for column in ("status", "check", "detail", "s"):
+        table.add_column(column, overflow="fold", justify="right" if column == "s" else "left")
+    for check in checks:
+        status = str(check["status"])
+        table.add_row(
+            Text(status.upper(), style=_STATUS_STYLE.get(status, "")),
+            str(check["name"]),
+            Text(str(check["detail"])),
+            f"{float(check['duration_s']):.1f}",
         )
     return table

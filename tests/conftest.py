@@ -1,4 +1,4 @@
-"""Fixtures: a live simulator subprocess on a free loopback port."""
+"""Shared fixtures: live simulators and test server scripts on free loopback ports."""
 
 from __future__ import annotations
 
@@ -43,6 +43,17 @@ def wait_for_records(path: Path, count: int) -> None:
     raise AssertionError(f"{path} did not reach {count} records")
 
 
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """Terminate a server process; kill it if it has not ended within 5 s (a hung handler
+    can hold a graceful shutdown)."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=5)
+
+
 @pytest.fixture
 def records_waiter() -> Callable[[Path, int], None]:
     """The `wait_for_records` helper, for tests that drive a run in a subprocess."""
@@ -72,8 +83,7 @@ def start_script() -> Iterator[Callable[..., ScriptServer]]:
 
     yield start
     for proc in started:
-        proc.terminate()
-        proc.wait(timeout=10)
+        stop(proc)
 
 
 @pytest.fixture
@@ -95,5 +105,4 @@ def start_server() -> Iterator[StartServer]:
 
     yield start
     for proc in started:
-        proc.terminate()
-        proc.wait(timeout=10)
+        stop(proc)

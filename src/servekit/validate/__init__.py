@@ -1,0 +1,1 @@
+"""`servekit validate`: the functional gate for an OpenAI-compatible endpoint."""

@@ -1,0 +1,138 @@
+"""Run the validate checks in order (shell): selection, a timeout per check, results.
+
+Checks run one after another because later ones use what earlier ones learnt (the served
+name, max_model_len, the greedy references). A check that does not finish within
+`check_timeout_s` fails as a hung server; a check that raises is reported as a failed check
+naming servekit's own error, so one bug never hides the other checks' results.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from servekit.bench.scrape import scrape
+from servekit.client.http import timing_trace_config
+from servekit.errors import UsageError
+from servekit.validate import checks_basic as basic
+from servekit.validate import checks_load as load
+from servekit.validate.context import Context, Outcome, ValidateSpec
+from servekit.validate.transcript import Transcript
+
+CheckFn = Callable[[Context], Awaitable[Outcome]]
+
+# (group, name, function): the order they run in.
+CHECKS: tuple[tuple[str, str, CheckFn], ...] = (
+    ("identity", "health", basic.check_health),
+    ("identity", "models", basic.check_models),
+    ("identity", "max_model_len", basic.check_max_model_len),
+    ("chat", "chat", basic.check_chat),
+    ("reasoning", "reasoning", basic.check_reasoning),
+    ("tools", "tool_calls", basic.check_tools),
+    ("long-context", "long_context", load.check_long_context),
+    ("long-context", "context_overflow", load.check_context_overflow),
+    ("ladder", "ladder", load.check_ladder),
+    ("spec-decode", "spec_decode", load.check_spec_decode),
+)
+NAMES = tuple(dict.fromkeys([g for g, _, _ in CHECKS] + [n for _, n, _ in CHECKS]))
+
+
+@dataclass(frozen=True, slots=True)
+class CheckResult:
+    """One check's result as it appears in validate.json."""
+
+    name: str
+    status: str
+    detail: str
+    duration_s: float
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """The DESIGN.md section 4 shape (plus `data` when there is any)."""
+        doc: dict[str, Any] = {"name": self.name, "status": self.status, "detail": self.detail,
+                               "duration_s": round(self.duration_s, 3)}  # fmt: skip
+        if self.data:
+            doc["data"] = self.data
+        return doc
+
+
+def check_names(values: tuple[str, ...], flag: str) -> frozenset[str]:
+    """Parse --only/--skip values (repeatable, comma-separated groups or check names).
+
+    Raises:
+        UsageError: an unknown name, listing the known ones.
+    """
+    names = {v.strip() for value in values for v in value.split(",") if v.strip()}
+    if unknown := sorted(names - set(NAMES)):
+        raise UsageError(
+            f"{flag} {', '.join(unknown)}: unknown check", fix=f"use {', '.join(NAMES)}"
+        )
+    return frozenset(names)
+
+
+def _selected(spec: ValidateSpec, group: str, name: str) -> bool:
+    if spec.only and not ({group, name} & spec.only):
+        return False
+    return not ({group, name} & spec.skip)
+
+
+async def run_checks(
+    spec: ValidateSpec,
+    *,
+    out: Path | None = None,
+    secret: str | None = None,
+    on_result: Callable[[CheckResult], None] = lambda _: None,
+) -> list[CheckResult]:
+    """Run every selected check; `on_result` sees each result as it is decided."""
+    results: list[CheckResult] = []
+    with Transcript(out, secret) as transcript:
+        async with aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0), trace_configs=[timing_trace_config()],
+            timeout=aiohttp.ClientTimeout(total=None),
+        ) as session:  # fmt: skip
+            ctx = Context(spec, session, transcript)
+            ctx.metrics_before = await scrape(session, spec.base_url)
+            ctx.check = "discover"
+            await basic.learn_model(ctx)  # every check needs the served name, even alone
+            server_down = False
+            for group, name, check in CHECKS:
+                if not _selected(spec, group, name):
+                    result = CheckResult(name, "skip", "not selected (--only/--skip)", 0.0)
+                elif server_down:
+                    result = CheckResult(name, "skip", "skipped: the server does not answer", 0.0)
+                else:
+                    result = await _run_one(ctx, name, check)
+                    server_down = name == "health" and result.status == "fail"
+                results.append(result)
+                on_result(result)
+    return results
+
+
+async def _run_one(ctx: Context, name: str, check: CheckFn) -> CheckResult:
+    ctx.check = name
+    start = time.monotonic()
+    limit = ctx.spec.check_timeout_s * (4 if name in {"ladder", "long_context"} else 1)
+    try:
+        async with asyncio.timeout(limit):
+            outcome = await check(ctx)
+    except TimeoutError:
+        outcome = Outcome("fail", f"no result within {limit:g} s: the server hung")
+    except Exception as exc:  # servekit's own bug: report it, keep the other checks
+        outcome = Outcome("fail", f"servekit internal error ({type(exc).__name__}: {exc}); "
+                          "please report it")  # fmt: skip
+    return CheckResult(name, outcome.status, outcome.detail, time.monotonic() - start, outcome.data)
+
+
+def validate_document(results: list[CheckResult], spec: ValidateSpec) -> dict[str, Any]:
+    """validate.json: passed when no check failed (DESIGN.md section 4)."""
+    return {
+        "passed": all(r.status != "fail" for r in results),
+        "target": {"url": spec.base_url, "model": spec.model},
+        "checks": [r.to_json() for r in results],
+    }

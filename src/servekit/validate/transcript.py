@@ -1,0 +1,52 @@
+"""Request/response transcripts of a validate run (shell): one JSON line per request,
+appended as it ends, with the API key redacted wherever it appears."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+REDACTED = "[REDACTED]"
+
+
+class Transcript:
+    """Append transcript lines to DIR/transcripts.jsonl (or keep nothing without a DIR)."""
+
+    def __init__(self, out: Path | None, secret: str | None) -> None:
+        self._secret = secret or None
+        self._file = None
+        if out is not None:
+            out.mkdir(parents=True, exist_ok=True)
+            self._file = (out / "transcripts.jsonl").open("a", encoding="utf-8")
+
+    def add(self, check: str, path: str, request: Any, status: int | None, response: Any) -> None:
+        """Record one exchange (headers are never recorded)."""
+        if self._file is None:
+            return
+        line = json.dumps(
+            {"check": check, "path": path, "request": request, "status": status,
+             "response": response},
+            ensure_ascii=False, default=str,
+        )  # fmt: skip
+        if self._secret:
+            line = line.replace(self._secret, REDACTED)
+        self._file.write(line + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        """Close the file."""
+        if self._file is not None:
+            self._file.close()
+
+    def __enter__(self) -> Transcript:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
