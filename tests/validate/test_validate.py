@@ -151,3 +151,33 @@ def test_unreachable_server_fails_health_and_skips_the_rest() -> None:
     checks = _checks(doc)
     assert checks["health"]["status"] == "fail"
     assert checks["ladder"]["detail"] == "skipped: the server does not answer"
+
+
+def test_spec_decode_against_a_reference_without_speculation(
+    start_server: Callable[..., tuple[object, str]], start_script: Callable[..., Any]
+) -> None:
+    """EAGLE3's acceptance length is in [1, k+1] and its greedy outputs equal those of the
+    same model without speculation; a reference that answers differently fails the check."""
+    _, url = start_server()
+    _, plain = start_server("--profile", f"{PROFILE}-no-eagle3")
+    code, doc, _ = _validate("--url", url, "--only", "spec-decode", "--reference-url", plain)
+    assert code == 0
+    check = _checks(doc)["spec_decode"]
+    assert check["detail"].endswith("greedy outputs equal the reference's for 4 prompts")
+    assert check["data"]["num_speculative_tokens"] == 3
+    other = start_script(str(BAD), "fine")
+    code, doc, _ = _validate("--url", url, "--only", "spec-decode", "--reference-url", other.url)
+    assert code == 3
+    assert (
+        "4 of 4 greedy outputs differ from the reference" in _checks(doc)["spec_decode"]["detail"]
+    )
+
+
+def test_no_speculation_skips_the_spec_decode_check(
+    start_server: Callable[..., tuple[object, str]],
+) -> None:
+    """A server without spec-decode counters skips the check."""
+    _, url = start_server("--profile", f"{PROFILE}-no-eagle3")
+    code, doc, _ = _validate("--url", url, "--only", "spec-decode")
+    assert code == 0
+    assert _checks(doc)["spec_decode"]["status"] == "skip"
