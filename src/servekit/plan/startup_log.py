@@ -44,7 +44,8 @@ _ANSI_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
 
 _MODEL_LOAD_RE = re.compile(rf"Model loading took ({_NUM}) GiB(?: memory)? and ({_NUM}) sec")
 _AVAILABLE_KV_RE = re.compile(rf"Available KV cache memory: ({_NUM}) GiB")
-_KV_TOKENS_RE = re.compile(rf"GPU KV cache size: ({_INT}) tokens")
+# vLLM names the device: "GPU KV cache size" on CUDA, "CPU KV cache size" on the CPU build.
+_KV_TOKENS_RE = re.compile(rf"(?:GPU|CPU|XPU) KV cache size: ({_INT}) tokens")
 _CONCURRENCY_RE = re.compile(
     rf"Maximum concurrency for ({_INT}) tokens per request: ({_NUM})x",
 )
