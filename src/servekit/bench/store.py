@@ -8,6 +8,7 @@ import json
 import os
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from servekit.errors import ServekitError
 from servekit.records import RequestRecord, record_from_json
@@ -74,6 +75,27 @@ def read_records(run_dir: Path) -> list[RequestRecord]:
         for number, line in enumerate(lines, start=1)
         if line.strip()
     ]
+
+
+def read_summary(run: Path) -> dict[str, Any]:
+    """Read a run's summary.json (`run` is the run directory or the file itself).
+
+    Raises:
+        ServekitError: missing, not JSON, or without a `points` list.
+    """
+    path = run / SUMMARY_FILE if run.is_dir() else run
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ServekitError(
+            f"cannot read {path}: {exc.strerror}",
+            fix="pass a run directory written by servekit bench or servekit sim run",
+        ) from None
+    except json.JSONDecodeError as exc:
+        raise ServekitError(f"{path} is not JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("points"), list):
+        raise ServekitError(f"{path} has no points list: not a servekit summary.json")
+    return doc
 
 
 def write_summary(run_dir: Path, summary: dict[str, object]) -> Path:

@@ -6,6 +6,7 @@ import click
 
 from servekit import __version__
 from servekit.cli.bench import bench_command
+from servekit.cli.compare import compare_command
 from servekit.cli.plan import plan_command
 from servekit.cli.profiles import profiles_group
 from servekit.cli.render import render_command
@@ -25,6 +26,7 @@ cli.add_command(render_command)
 cli.add_command(sim_group)
 cli.add_command(bench_command)
 cli.add_command(validate_command)
+cli.add_command(compare_command)
 
 
 def main() -> None:

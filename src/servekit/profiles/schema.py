@@ -210,7 +210,13 @@ class SpeculativeConfig(_Strict):
     num_speculative_tokens: int = Field(gt=0)
     attention_backend: str | None = None
     draft_tensor_parallel_size: int | None = Field(default=None, gt=0)
-    disable_by_batch_size: int | None = Field(default=None, gt=0)
+    disable_by_batch_size: int | None = Field(
+        default=None, gt=0, description="V0 engines only: no effect since vLLM v0.10.0"
+    )
+    num_speculative_tokens_per_batch_size: list[tuple[int, int, int]] | None = Field(
+        default=None,
+        description="dynamic speculative decoding: [[first_batch, last_batch, k], ...]",
+    )
     prompt_lookup_max: int | None = Field(default=None, gt=0)
     prompt_lookup_min: int | None = Field(default=None, gt=0)
 

@@ -77,3 +77,33 @@ def checks_table(checks: list[dict[str, Any]], *, title: str) -> Table:
             f"{float(check['duration_s']):.1f}",
         )
     return table
+
+
+_VERDICT_STYLE = {"better": "green", "worse": "red", "within noise": "dim"}
+_COMPARE_COLUMNS = (
+    ("output tok/s", "output_throughput_tok_s"),
+    ("mean latency", "latency_s.mean"),
+    ("p99 latency", "latency_s.p99"),
+    ("mean TTFT", "ttft_ms.mean"),
+    ("mean TPOT", "tpot_ms.mean"),
+    ("per-stream", "per_stream_tok_s.mean"),
+)
+
+
+def compare_table(rows: list[dict[str, Any]], *, title: str) -> Table:
+    """compare's rows: per load, B's change against A for each headline metric."""
+    table = Table(title=title)
+    table.add_column("load")
+    for label, _ in _COMPARE_COLUMNS:
+        table.add_column(label, justify="right")
+    for row in rows:
+        cells: list[Text | str] = [str(row["load"])]
+        for _, key in _COMPARE_COLUMNS:
+            d = row["deltas"][key]
+            if d["delta_pct"] is None:
+                cells.append("n/a")
+                continue
+            style = _VERDICT_STYLE.get(d["verdict"], "")
+            cells.append(Text(f"{d['delta_pct']:+.1f}%", style=style))
+        table.add_row(*cells)
+    return table

@@ -1,0 +1,234 @@
+"""Compare two runs point by point, and advise on speculative decoding (core).
+
+Points pair by concurrency (closed loop) or rate (open loop). For each metric the change is
+B relative to A, with a verdict from B's side: `better`, `worse` or `within noise`. A
+difference counts when the two 95% bootstrap intervals of the statistic do not overlap;
+output throughput has no interval of its own, so in a closed loop (throughput = concurrency x
+output tokens / mean latency) it takes the relative width of the mean latency's interval;
+a statistic without an interval counts when it moved more than 2%.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+NOISE_PCT = 2.0
+# Each metric: its key in summary.json, the statistic (None: a plain number), higher is better.
+METRICS: tuple[tuple[str, str | None, bool], ...] = (
+    ("output_throughput_tok_s", None, True),
+    ("latency_s", "mean", False),
+    ("latency_s", "p50", False),
+    ("latency_s", "p99", False),
+    ("ttft_ms", "mean", False),
+    ("ttft_ms", "p99", False),
+    ("tpot_ms", "mean", False),
+    ("per_stream_tok_s", "mean", True),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Delta:
+    """One metric at one load: A, B, the change and the verdict."""
+
+    metric: str
+    a: float | None
+    b: float | None
+    delta_pct: float | None
+    verdict: str  # better | worse | within noise | n/a
+
+
+def _load_key(point: dict[str, Any]) -> tuple[str, float] | None:
+    if point.get("concurrency") is not None:
+        return ("concurrency", float(point["concurrency"]))
+    if point.get("rate_rps") is not None:
+        return ("rate_rps", float(point["rate_rps"]))
+    return None
+
+
+def _stat(
+    point: dict[str, Any], key: str, stat: str | None
+) -> tuple[float | None, tuple[float, float] | None]:
+    value = point.get(key)
+    if stat is None:
+        return (float(value) if isinstance(value, int | float) else None), None
+    if not isinstance(value, dict) or value.get(stat) is None:
+        return None, None
+    ci = (value.get("ci95") or {}).get(stat)
+    return float(value[stat]), (float(ci[0]), float(ci[1])) if ci else None
+
+
+def _throughput_ci(point: dict[str, Any], value: float) -> tuple[float, float] | None:
+    mean, ci = _stat(point, "latency_s", "mean")
+    if not mean or ci is None or point.get("concurrency") is None:
+        return None
+    # throughput is proportional to 1 / mean latency in a closed loop
+    return value * mean / ci[1], value * mean / ci[0]
+
+
+def delta(
+    metric: str,
+    pa: dict[str, Any],
+    pb: dict[str, Any],
+    key: str,
+    stat: str | None,
+    higher_better: bool,
+) -> Delta:
+    """The change of one metric from point A to point B, with its verdict."""
+    a, ca = _stat(pa, key, stat)
+    b, cb = _stat(pb, key, stat)
+    if a is None or b is None or a == 0:
+        return Delta(metric, a, b, None, "n/a")
+    if stat is None:
+        ca, cb = _throughput_ci(pa, a), _throughput_ci(pb, b)
+    pct = (b - a) / abs(a) * 100
+    if ca is not None and cb is not None:
+        apart = ca[1] < cb[0] or cb[1] < ca[0]
+    else:
+        apart = abs(pct) > NOISE_PCT
+    verdict = "better" if (b > a) == higher_better else "worse"
+    if not apart:
+        verdict = "within noise"
+    return Delta(metric, a, b, round(pct, 2), verdict)
+
+
+def pair_points(
+    run_a: dict[str, Any], run_b: dict[str, Any]
+) -> list[tuple[tuple[str, float], dict[str, Any], dict[str, Any]]]:
+    """Points present in both runs, by load, lowest load first."""
+    index_b = {k: p for p in run_b.get("points", []) if (k := _load_key(p)) is not None}
+    pairs = [(k, p, index_b[k]) for p in run_a.get("points", []) if (k := _load_key(p)) in index_b]
+    return sorted(pairs, key=lambda item: (item[0][0], item[0][1]))
+
+
+def _label(load: tuple[str, float]) -> str:
+    kind, value = load
+    return f"c={value:g}" if kind == "concurrency" else f"rate={value:g}"
+
+
+def crossover(rows: list[dict[str, Any]]) -> str | None:
+    """Where B's throughput verdict against A turns from better to worse (or back)."""
+    verdicts = [(r["load"], r["deltas"]["output_throughput_tok_s"]["verdict"]) for r in rows]
+    signed = [(load, v) for load, v in verdicts if v in ("better", "worse")]
+    for (load_1, v1), (load_2, v2) in itertools.pairwise(signed):
+        if v1 != v2:
+            return f"between {load_1} and {load_2}: B is {v1} below, {v2} above"
+    return None
+
+
+def highest_meeting(run: dict[str, Any], target: float) -> int | None:
+    """The highest concurrency whose mean per-stream speed meets `target` tok/s."""
+    best = None
+    for point in run.get("points", []):
+        speed = (point.get("per_stream_tok_s") or {}).get("mean")
+        if point.get("concurrency") is not None and speed is not None and speed >= target:
+            best = max(best or 0, int(point["concurrency"]))
+    return best
+
+
+def has_speculation(run: dict[str, Any]) -> bool:
+    """Whether any point of the run saw speculative-decoding acceptance on the server."""
+    return any((p.get("server") or {}).get("spec_acceptance_length") for p in run.get("points", []))
+
+
+def speculation_advice(
+    rows: list[dict[str, Any]], spec_is_b: bool, name: str, k: int | None, max_batch: int
+) -> dict[str, Any]:
+    """When speculation pays: the highest load up to which the speculative run has better
+    throughput at every load, what it costs above, and the vLLM setting that enacts it."""
+    wins: list[tuple[float, str, float]] = []  # (load value, verdict from spec's side, pct gain)
+    for row in rows:
+        d = row["deltas"]["output_throughput_tok_s"]
+        if d["delta_pct"] is None:
+            continue
+        pct = d["delta_pct"] if spec_is_b else -d["delta_pct"]
+        verdict = d["verdict"]
+        if not spec_is_b and verdict in ("better", "worse"):
+            verdict = "worse" if verdict == "better" else "better"
+        wins.append((row["load_value"], verdict, pct))
+    enable_upto = None
+    for value, verdict, _ in wins:
+        if verdict != "better":
+            break
+        enable_upto = value
+    above = [(-pct) for value, _, pct in wins if enable_upto is None or value > enable_upto]
+    if enable_upto is None:
+        text = f"disable {name}: it does not raise throughput at any measured load"
+        setting = None
+    elif not above:
+        text = (
+            f"keep {name} on: it helps at every measured load (up to concurrency {wins[-1][0]:g})"
+        )
+        setting = None
+    else:
+        costs = [c for c in above if c > 0]
+        cost = (
+            f"it costs {min(costs):.0f}-{max(costs):.0f}% throughput"
+            if len(costs) > 1
+            else f"it costs {costs[0]:.0f}% throughput"
+            if costs
+            else "it gains nothing"
+        )
+        text = f"enable {name} at concurrency <= {enable_upto:g}; above that {cost}"
+        upto = int(enable_upto)
+        setting = {
+            "num_speculative_tokens_per_batch_size": [
+                [1, upto, k or 1],
+                [upto + 1, max(max_batch, upto + 1), 0],
+            ],
+            "note": "vLLM's dynamic speculative decoding (in speculative_config, on V1 engines "
+            "that have it); disable_by_batch_size has had no effect since v0.10.0 and was "
+            "removed (vLLM PR #35060)",
+        }
+    return {
+        "recommendation": text,
+        "enable_up_to_concurrency": enable_upto,
+        "speculative_config": setting,
+    }
+
+
+def compare_runs(
+    run_a: dict[str, Any],
+    run_b: dict[str, Any],
+    *,
+    per_stream_target: float | None = None,
+    spec_name: str = "speculative decoding",
+    max_batch: int = 4096,
+    spec_tokens: int | None = None,
+) -> dict[str, Any]:
+    """The whole comparison document of `servekit compare`."""
+    rows = []
+    for load, pa, pb in pair_points(run_a, run_b):
+        deltas = {}
+        for key, stat, higher in METRICS:
+            name = key if stat is None else f"{key}.{stat}"
+            d = delta(name, pa, pb, key, stat, higher)
+            deltas[name] = {"a": d.a, "b": d.b, "delta_pct": d.delta_pct, "verdict": d.verdict}
+        rows.append(
+            {"load": _label(load), "load_kind": load[0], "load_value": load[1], "deltas": deltas}
+        )
+    doc: dict[str, Any] = {"points": rows, "crossover": crossover(rows)}
+    spec_a, spec_b = has_speculation(run_a), has_speculation(run_b)
+    if spec_a != spec_b and rows and rows[0]["load_kind"] == "concurrency":
+        spec_run = run_b if spec_b else run_a
+        per_pos = next(
+            (
+                p["server"].get("spec_acceptance_per_position")
+                for p in spec_run["points"]
+                if (p.get("server") or {}).get("spec_acceptance_per_position")
+            ),
+            None,
+        )
+        k = spec_tokens or (len(per_pos) if isinstance(per_pos, list) else None)
+        doc["speculation"] = {
+            "run": "B" if spec_b else "A",
+            **speculation_advice(rows, spec_b, spec_name, k, max_batch),
+        }
+    if per_stream_target is not None:
+        doc["per_stream_target"] = {
+            "tok_s": per_stream_target,
+            "A": highest_meeting(run_a, per_stream_target),
+            "B": highest_meeting(run_b, per_stream_target),
+        }
+    return doc

@@ -1,0 +1,78 @@
+"""`servekit compare RUN_A RUN_B` (shell): per-load deltas, crossover, speculation advice."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from servekit.analyze.compare import compare_runs
+from servekit.bench.store import read_summary
+from servekit.cli._output import emit_json, handles_errors, json_option, stdout_console
+from servekit.errors import ServekitError
+from servekit.profiles import load_profile
+from servekit.report.tables import compare_table
+
+
+def speculation_facts(*runs: dict[str, Any]) -> tuple[str, int, int | None]:
+    """The speculative method's display name, max_num_seqs and num_speculative_tokens, from
+    the runs' profiles (generic values when no profile is known here)."""
+    name, max_batch, k = "speculative decoding", 4096, None
+    for run in runs:
+        profile = (run.get("target") or {}).get("profile")
+        if not profile:
+            continue
+        try:
+            prof = load_profile(str(profile))
+        except ServekitError:
+            continue  # a profile of another machine: keep the generic name
+        if prof.serve_args.max_num_seqs:
+            max_batch = prof.serve_args.max_num_seqs
+        if prof.speculative is not None:
+            name = prof.speculative.config.method.upper().replace("_", " ")
+            k = prof.speculative.config.num_speculative_tokens
+    return name, max_batch, k
+
+
+@click.command("compare")
+@click.argument("run_a", type=click.Path(exists=True, path_type=Path))
+@click.argument("run_b", type=click.Path(exists=True, path_type=Path))
+@click.option("--per-stream-target", type=click.FloatRange(min=0, min_open=True),
+              help="Per-stream tok/s target: highest concurrency meeting it.")  # fmt: skip
+@json_option
+@handles_errors
+def compare_command(
+    run_a: Path, run_b: Path, per_stream_target: float | None, as_json: bool
+) -> None:
+    """Compare two runs (e.g. EAGLE3 on vs off): deltas per load, crossover, advice."""
+    a, b = read_summary(run_a), read_summary(run_b)
+    name, max_batch, k = speculation_facts(a, b)
+    doc = compare_runs(
+        a,
+        b,
+        per_stream_target=per_stream_target,
+        spec_name=name,
+        max_batch=max_batch,
+        spec_tokens=k,
+    )
+    doc["runs"] = {"A": str(run_a), "B": str(run_b)}
+    if not doc["points"]:
+        raise ServekitError(f"{run_a} and {run_b} share no load (concurrency or rate) to compare",
+                            fix="compare runs of the same sweep")  # fmt: skip
+    if as_json:
+        emit_json(doc)
+        return
+    console = stdout_console()
+    console.print(compare_table(doc["points"], title=f"B = {run_b}  vs  A = {run_a}"))
+    if doc.get("crossover"):
+        console.print(f"crossover: {doc['crossover']}")
+    if spec := doc.get("speculation"):
+        console.print(f"[bold]{spec['recommendation']}[/bold]", highlight=False)
+        if spec.get("speculative_config"):
+            console.print(
+                f"vLLM setting: {spec['speculative_config']}", highlight=False, markup=False
+            )
+    if target := doc.get("per_stream_target"):
+        console.print(f"highest concurrency at >= {target['tok_s']:g} tok/s per stream: "
+                      f"A {target['A']}, B {target['B']}")  # fmt: skip
