@@ -174,14 +174,27 @@ def to_record(rid: str, point: str, scheduled_ns: int, timed: TimedStream) -> Re
     )
 
 
+GAUGES = ("vllm:kv_cache_usage_perc", "vllm:num_requests_running", "vllm:num_requests_waiting")
+
+
 async def _sample_gauges(
-    session: aiohttp.ClientSession, base_url: str, maxima: dict[str, float], stop: asyncio.Event
+    session: aiohttp.ClientSession,
+    base_url: str,
+    maxima: dict[str, float],
+    stop: asyncio.Event,
+    samples: list[list[float]],
 ) -> None:
+    """Scrape /metrics every 0.25 s: gauge maxima, and (seconds since the point started,
+    KV usage, running, waiting) samples for plots over time."""
+    start = time.monotonic()
     while not stop.is_set():
         snap = await scrape(session, base_url)
         if snap is not None:
             for name, value in snap.gauges.items():
                 maxima[name] = max(maxima.get(name, value), value)
+            if all(g in snap.gauges for g in GAUGES):
+                values = [snap.gauges[g] for g in GAUGES]
+                samples.append([round(time.monotonic() - start, 3), *values])
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), SAMPLE_EVERY_S)
 
@@ -383,7 +396,8 @@ async def _run_point(
     before: Snapshot | None = await scrape(session, spec.base_url)
     maxima: dict[str, float] = {}
     stop = asyncio.Event()
-    sampler = asyncio.create_task(_sample_gauges(session, spec.base_url, maxima, stop))
+    samples: list[list[float]] = []
+    sampler = asyncio.create_task(_sample_gauges(session, spec.base_url, maxima, stop, samples))
     short: list[tuple[int, int]] = []
 
     def keep(index: int, record: RequestRecord) -> None:
@@ -428,6 +442,7 @@ async def _run_point(
     if pool is not None:
         figures["workers"] = len(loads)
     server = server_block(before, after, maxima)
+    server["samples"] = samples
     warnings = _length_warnings(short) + warnings
     warnings += _token_mismatch(records, server.get("generation_tokens"))
     client: dict[str, object] = {"valid": not warnings, "warnings": warnings, **figures}

@@ -47,6 +47,8 @@ class PointRun:
         running_max: most requests running in one step.
         waiting_max: most requests waiting after a step.
         kv_usage_max: highest fraction of KV blocks in use after a step.
+        samples: (seconds since the point started, KV usage, running, waiting), every
+            0.25 s of simulated time, as a live run samples /metrics.
     """
 
     records: list[RequestRecord]
@@ -54,6 +56,10 @@ class PointRun:
     running_max: int
     waiting_max: int
     kv_usage_max: float
+    samples: tuple[tuple[float, float, int, int], ...] = ()
+
+
+SAMPLE_EVERY_NS = 250_000_000
 
 
 @dataclass(slots=True)
@@ -86,6 +92,8 @@ def run_point(
     records: list[RequestRecord] = []
     running_max = waiting_max = 0
     kv_max = 0.0
+    samples: list[tuple[float, float, int, int]] = []
+    next_sample = start_ns
 
     def send(at_ns: int, scheduled_ns: int) -> None:
         nonlocal issued
@@ -106,6 +114,12 @@ def run_point(
         now += max(1, round(result.duration_s * NS))
         waiting_max = max(waiting_max, len(engine.waiting))
         kv_max = max(kv_max, engine.kv_usage)
+        if now >= next_sample:
+            samples.append(
+                ((now - start_ns) / NS, round(engine.kv_usage, 4), len(engine.running),
+                 len(engine.waiting))
+            )  # fmt: skip
+            next_sample = now + SAMPLE_EVERY_NS
         for rid, tokens in result.gained:
             state = open_[rid]
             state.chunks_ns.append(now)
@@ -131,4 +145,4 @@ def run_point(
             )
             if point.concurrency is not None and issued < point.requests:
                 send(now, now)
-    return PointRun(records, now, running_max, waiting_max, kv_max)
+    return PointRun(records, now, running_max, waiting_max, kv_max, tuple(samples))

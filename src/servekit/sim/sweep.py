@@ -36,6 +36,13 @@ class SimPointResult:
             "preemptions": s.preemptions,
             "running_max": self.run.running_max,
             "waiting_max": self.run.waiting_max,
+            "spec_acceptance_per_position": [
+                round(a / s.drafts, 4) for a in s.accepted_per_position
+            ]
+            if s.drafts
+            else None,
+            "generation_tokens": s.generation_tokens,
+            "samples": [list(sample) for sample in self.run.samples],
         }
 
 
