@@ -139,6 +139,40 @@ class Slo:
         return True
 
 
+@dataclass(frozen=True, slots=True)
+class Samples:
+    """The per-request and per-token samples of successful requests (DESIGN.md section 5)."""
+
+    latency_s: list[float]
+    from_schedule_s: list[float]
+    ttft_ms: list[float]
+    ttfo_ms: list[float]
+    itl_ms: list[float]  # a chunk of k tokens after dt gives k samples of dt/k
+    chunk_gap_ms: list[float]
+    tpot_ms: list[float]
+
+
+def samples(ok: Iterable[RequestRecord]) -> Samples:
+    """Collect the samples of successful records (failed ones must be filtered out first)."""
+    out = Samples([], [], [], [], [], [], [])
+    for r in ok:
+        out.latency_s.append((r.end_ns - r.sent_ns) / NS_PER_S)
+        out.from_schedule_s.append((r.end_ns - r.scheduled_ns) / NS_PER_S)
+        if r.first_token_ns:
+            out.ttft_ms.append((r.first_token_ns - r.sent_ns) / NS_PER_MS)
+        if r.first_answer_ns:
+            out.ttfo_ms.append((r.first_answer_ns - r.sent_ns) / NS_PER_MS)
+        times, tokens = r.chunk_ns, r.chunk_tokens
+        for i in range(1, len(times)):
+            dt_ms = (times[i] - times[i - 1]) / NS_PER_MS
+            out.chunk_gap_ms.append(dt_ms)
+            k = max(tokens[i], 1)
+            out.itl_ms.extend([dt_ms / k] * k)
+        if r.output_tokens > 1 and len(times) > 1:
+            out.tpot_ms.append((times[-1] - times[0]) / NS_PER_MS / (r.output_tokens - 1))
+    return out
+
+
 def point_metrics(
     records: Iterable[RequestRecord], *, slo: Slo | None = None, ci: bool = True
 ) -> PointMetrics:
@@ -148,25 +182,10 @@ def point_metrics(
     errors = Counter(r.error_kind for r in recs if not r.ok and r.error_kind)
     window_ns = (max(r.end_ns for r in recs) - min(r.sent_ns for r in recs)) if recs else 0
     window_s = window_ns / NS_PER_S
-    latency = [(r.end_ns - r.sent_ns) / NS_PER_S for r in ok]
-    from_schedule = [(r.end_ns - r.scheduled_ns) / NS_PER_S for r in ok]
-    ttft = [(r.first_token_ns - r.sent_ns) / NS_PER_MS for r in ok if r.first_token_ns]
-    ttfo = [(r.first_answer_ns - r.sent_ns) / NS_PER_MS for r in ok if r.first_answer_ns]
-    itl: list[float] = []
-    gaps: list[float] = []
-    tpot: list[float] = []
-    for r in ok:
-        times, tokens = r.chunk_ns, r.chunk_tokens
-        for i in range(1, len(times)):
-            dt_ms = (times[i] - times[i - 1]) / NS_PER_MS
-            gaps.append(dt_ms)
-            k = max(tokens[i], 1)
-            itl.extend([dt_ms / k] * k)
-        if r.output_tokens > 1 and len(times) > 1:
-            tpot.append((times[-1] - times[0]) / NS_PER_MS / (r.output_tokens - 1))
+    x = samples(ok)
     output_tokens = sum(r.output_tokens for r in ok)
     good = sum(1 for r in recs if slo.met_by(r)) if slo else 0
-    per_stream = [1000.0 / t for t in tpot if t > 0]
+    per_stream = [1000.0 / t for t in x.tpot_ms if t > 0]
     return PointMetrics(
         completed=len(ok),
         failed=len(recs) - len(ok),
@@ -175,13 +194,13 @@ def point_metrics(
         output_tokens=output_tokens,
         output_throughput_tok_s=output_tokens / window_s if window_s > 0 else 0.0,
         request_throughput_rps=len(ok) / window_s if window_s > 0 else 0.0,
-        latency_s=distribution(latency, ci=ci),
-        latency_from_schedule_s=distribution(from_schedule, ci=ci),
-        ttft_ms=distribution(ttft, ci=ci),
-        ttfo_ms=distribution(ttfo, ci=ci),
-        itl_ms=distribution(itl, ci=ci),
-        chunk_gap_ms=distribution(gaps, ci=ci),
-        tpot_ms=distribution(tpot, ci=ci),
+        latency_s=distribution(x.latency_s, ci=ci),
+        latency_from_schedule_s=distribution(x.from_schedule_s, ci=ci),
+        ttft_ms=distribution(x.ttft_ms, ci=ci),
+        ttfo_ms=distribution(x.ttfo_ms, ci=ci),
+        itl_ms=distribution(x.itl_ms, ci=ci),
+        chunk_gap_ms=distribution(x.chunk_gap_ms, ci=ci),
+        tpot_ms=distribution(x.tpot_ms, ci=ci),
         per_stream_tok_s=distribution(per_stream, ci=ci),
         goodput_rps=(good / window_s if window_s > 0 else 0.0) if slo else None,
         goodput_fraction=(good / len(recs) if recs else 0.0) if slo else None,

@@ -10,6 +10,7 @@ from servekit.cli.compare import compare_command
 from servekit.cli.plan import plan_command
 from servekit.cli.profiles import profiles_group
 from servekit.cli.render import render_command
+from servekit.cli.report import report_command
 from servekit.cli.sim import sim_group
 from servekit.cli.validate import validate_command
 
@@ -27,6 +28,7 @@ cli.add_command(sim_group)
 cli.add_command(bench_command)
 cli.add_command(validate_command)
 cli.add_command(compare_command)
+cli.add_command(report_command)
 
 
 def main() -> None:

@@ -1,0 +1,40 @@
+"""`servekit report RUN... --out DIR` (shell): a self-contained HTML page, Markdown, PNGs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from servekit.cli._output import emit_json, handles_errors, json_option
+from servekit.report.build import write_report
+
+
+@click.command("report")
+@click.argument("runs", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.option("--compare", nargs=2, type=click.Path(exists=True, path_type=Path),
+              metavar="RUN_A RUN_B", help="Add the A/B comparison of two runs.")  # fmt: skip
+@click.option("--validate", "validate_path", type=click.Path(exists=True, path_type=Path),
+              help="validate.json (or its --out DIR) to include [found in runs].")  # fmt: skip
+@click.option("--per-stream-target", type=click.FloatRange(min=0, min_open=True),
+              help="Per-stream tok/s target line [the profile's bench target].")  # fmt: skip
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path))
+@json_option
+@handles_errors
+def report_command(
+    runs: tuple[Path, ...],
+    compare: tuple[Path, Path] | None,
+    validate_path: Path | None,
+    per_stream_target: float | None,
+    out: Path,
+    as_json: bool,
+) -> None:
+    """Write report.html (self-contained), report.md and PNG plots for one or more runs."""
+    written = write_report(list(runs), out, compare=compare or None, validate=validate_path,
+                           per_stream_target=per_stream_target)  # fmt: skip
+    if as_json:
+        emit_json(written)
+    else:
+        click.echo(
+            f"report: {written['html']} ({len(written['plots'])} plots), {written['markdown']}"
+        )

@@ -1,0 +1,421 @@
+"""Build a report from run directories (shell): read runs, plot, write HTML, Markdown, PNGs.
+
+`servekit report RUN... [--compare A B]`: each RUN is a directory written by `servekit
+bench` or `servekit sim run` (summary.json, records.jsonl); a validate.json found in a
+run directory (or given with --validate) adds the functional checks.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from servekit import __version__
+from servekit.analyze.compare import compare_runs
+from servekit.analyze.summarize import samples
+from servekit.bench.store import RECORDS_FILE, read_records, read_summary
+from servekit.deploy.argv import environment, vllm_serve_command
+from servekit.deploy.shell import quote_words
+from servekit.errors import ServekitError
+from servekit.hardware import lookup_gpu
+from servekit.profiles import Profile, load_profile
+from servekit.records import RequestRecord
+from servekit.report import plots
+from servekit.report.document import Figure, Section, Table, render_html, render_markdown
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One run to report."""
+
+    label: str
+    summary: dict[str, Any]
+    records: list[RequestRecord]
+    profile: Profile | None
+
+
+def load_run(path: Path) -> Run:
+    """Read a run directory (records are optional: summaries alone still plot).
+
+    Raises:
+        ServekitError: no readable summary.json.
+    """
+    summary = read_summary(path)
+    run_dir = path if path.is_dir() else path.parent
+    records = read_records(run_dir) if (run_dir / RECORDS_FILE).is_file() else []
+    name = (summary.get("target") or {}).get("profile")
+    profile = None
+    if name:
+        try:
+            profile = load_profile(str(name))
+        except ServekitError:
+            profile = None  # a profile of another machine: report without its facts
+    return Run(run_dir.name, summary, records, profile)
+
+
+def _closed(run: Run) -> list[dict[str, Any]]:
+    return [p for p in run.summary["points"] if p.get("concurrency") is not None]
+
+
+def _num(value: object, digits: int = 1) -> str:
+    return f"{value:,.{digits}f}" if isinstance(value, int | float) else "-"
+
+
+def _stat(point: dict[str, Any], key: str, stat: str) -> object:
+    value = point.get(key)
+    return value.get(stat) if isinstance(value, dict) else None
+
+
+def _f(point: dict[str, Any], key: str, stat: str) -> float:
+    value = _stat(point, key, stat)
+    return float(value) if isinstance(value, int | float) else 0.0
+
+
+def _acceptance(point: dict[str, Any]) -> float:
+    value = (point.get("server") or {}).get("spec_acceptance_length")
+    return float(value) if isinstance(value, int | float) else 0.0
+
+
+def _label(point: dict[str, Any]) -> str:
+    if point.get("concurrency") is not None:
+        return f"c={point['concurrency']}"
+    return f"rate={point.get('rate_rps')}"
+
+
+def points_table(run: Run) -> Table:
+    """The deployment's table (concurrency, tok/s, mean latency) plus the other columns."""
+    rows = []
+    for p in run.summary["points"]:
+        load = (
+            f"c={p['concurrency']}"
+            if p.get("concurrency") is not None
+            else f"rate={p.get('rate_rps')}"
+        )
+        server = p.get("server") or {}
+        rows.append(
+            [
+                load,
+                _num(p.get("output_throughput_tok_s")),
+                _num(_stat(p, "latency_s", "mean"), 3),
+                _num(_stat(p, "latency_s", "p99"), 3),
+                _num(_stat(p, "ttft_ms", "mean")),
+                _num(_stat(p, "tpot_ms", "mean"), 2),
+                _num(_stat(p, "per_stream_tok_s", "mean")),
+                _num(server.get("spec_acceptance_length"), 2),
+                str(p.get("completed")),
+                str(p.get("failed")),
+                "yes" if (p.get("client") or {}).get("valid", True) else "no",
+            ]
+        )
+    header = [
+        "load",
+        "output tok/s",
+        "mean latency s",
+        "p99 latency s",
+        "mean TTFT ms",
+        "mean TPOT ms",
+        "per-stream tok/s",
+        "acceptance length",
+        "completed",
+        "failed",
+        "valid",
+    ]
+    return Table(f"{run.label}: per load", header, rows)
+
+
+def provenance(run: Run) -> Section:
+    """Where the numbers come from: versions, target, workload, launch command, GPUs."""
+    s = run.summary
+    target = s.get("target") or {}
+    lines = [
+        f"run: {run.label}",
+        f"started: {s.get('started_at')}  servekit {s.get('servekit_version')}",
+        f"target: {target.get('url') or 'simulated'}  model {target.get('model')}  "
+        f"server {target.get('server_version')}  profile {target.get('profile')}",
+        f"workload: {json.dumps(s.get('workload'), sort_keys=True)}",
+    ]
+    if s.get("command"):
+        lines.append(f"command: {quote_words(s['command'])}")
+    if run.profile is not None:
+        prof = run.profile
+        env = " ".join(f"{k}={v}" for k, v in environment(prof).items())
+        lines.append(f"launch: {env + ' ' if env else ''}{quote_words(vllm_serve_command(prof))}")
+        lines.append(f"engine: {prof.engine.image} (vLLM {prof.engine.version})")
+        try:
+            gpu = lookup_gpu(prof.hardware.gpu)
+            lines.append(
+                f"GPUs: {prof.hardware.gpus_per_node * prof.hardware.nodes} x {gpu.name}, "
+                f"{gpu.memory_mib:,} MiB, sm{gpu.sm}, HBM {gpu.hbm_gb_s:,.0f} GB/s"
+            )
+        except ServekitError:
+            lines.append(f"GPUs: {prof.hardware.gpu} (not in servekit's catalog)")
+    return Section(f"Provenance: {run.label}", code=lines)
+
+
+def run_figures(runs: list[Run], per_stream_target: float | None) -> list[Figure]:
+    """Throughput, latency, per-stream speed, distributions, acceptance and time series."""
+    figs = []
+    closed = [(r, _closed(r)) for r in runs if _closed(r)]
+    xs = {r.label: [float(p["concurrency"]) for p in pts] for r, pts in closed}
+    if closed:
+        figs.append(
+            Figure(
+                "throughput",
+                "Output throughput vs concurrency",
+                plots.lines(
+                    [
+                        (r.label, xs[r.label], [p["output_throughput_tok_s"] for p in pts])
+                        for r, pts in closed
+                    ],
+                    title="Output throughput",
+                    xlabel="concurrency",
+                    ylabel="tok/s",
+                ),
+                "total output tokens per second over each point",
+            )
+        )
+        series = []
+        for r, pts in closed:
+            series.append(
+                (f"{r.label} mean", xs[r.label], [_f(p, "latency_s", "mean") for p in pts])
+            )
+            series.append((f"{r.label} p99", xs[r.label], [_f(p, "latency_s", "p99") for p in pts]))
+        figs.append(
+            Figure(
+                "latency",
+                "Request latency vs concurrency",
+                plots.lines(series, title="Latency", xlabel="concurrency", ylabel="seconds"),
+                "mean and p99 end-to-end latency",
+            )
+        )
+        hline = (
+            (per_stream_target, f"target {per_stream_target:g} tok/s")
+            if per_stream_target
+            else None
+        )
+        figs.append(
+            Figure(
+                "per_stream",
+                "Per-stream speed vs concurrency",
+                plots.lines(
+                    [
+                        (r.label, xs[r.label], [_f(p, "per_stream_tok_s", "mean") for p in pts])
+                        for r, pts in closed
+                    ],
+                    title="Per-stream speed",
+                    xlabel="concurrency",
+                    ylabel="tok/s per request",
+                    hline=hline,
+                ),
+                "mean of 1000 / TPOT per request",
+            )
+        )
+        spec = [
+            (r, pts)
+            for r, pts in closed
+            if any((p.get("server") or {}).get("spec_acceptance_length") for p in pts)
+        ]
+        if spec:
+            figs.append(
+                Figure(
+                    "acceptance",
+                    "Spec-decode acceptance vs concurrency",
+                    plots.lines(
+                        [(r.label, xs[r.label], [_acceptance(p) for p in pts]) for r, pts in spec],
+                        title="Acceptance length",
+                        xlabel="concurrency",
+                        ylabel="tokens per step",
+                    ),
+                    "1 + accepted / drafts, from server counters",
+                )
+            )
+    with_records = [(r, samples(x for x in r.records if x.ok)) for r in runs if r.records]
+    if with_records:
+        figs.append(
+            Figure(
+                "ttft",
+                "TTFT distribution",
+                plots.histograms(
+                    [(r.label, s.ttft_ms) for r, s in with_records],
+                    title="Time to first token",
+                    xlabel="ms",
+                ),
+                "every successful request of every point",
+            )
+        )
+        figs.append(
+            Figure(
+                "itl",
+                "ITL distribution",
+                plots.histograms(
+                    [(r.label, s.itl_ms) for r, s in with_records],
+                    title="Inter-token latency",
+                    xlabel="ms",
+                ),
+                "a chunk of k tokens after dt counts k samples of dt/k",
+            )
+        )
+    for r in runs:
+        panels = [
+            (
+                _label(p),
+                [row[0] for row in rows],
+                [row[1] for row in rows],
+                [row[2] for row in rows],
+                [row[3] for row in rows],
+            )
+            for p in r.summary["points"]
+            if (rows := (p.get("server") or {}).get("samples"))
+        ]
+        if panels:
+            figs.append(
+                Figure(
+                    f"server_{len(figs)}",
+                    f"Server KV usage and queues: {r.label}",
+                    plots.over_time(panels, title=f"{r.label}: server over time"),
+                    "sampled from /metrics (or the simulator) every 0.25 s",
+                )
+            )
+    return figs
+
+
+def compare_section(a: Run, b: Run, per_stream_target: float | None) -> Section:
+    """The A/B comparison with its plot and advice."""
+    spec_name, max_batch, k = "speculative decoding", 4096, None
+    for run in (a, b):
+        if run.profile is not None and run.profile.speculative is not None:
+            spec_name = run.profile.speculative.config.method.upper().replace("_", " ")
+            k = run.profile.speculative.config.num_speculative_tokens
+            max_batch = run.profile.serve_args.max_num_seqs or max_batch
+    doc = compare_runs(
+        a.summary,
+        b.summary,
+        per_stream_target=per_stream_target,
+        spec_name=spec_name,
+        max_batch=max_batch,
+        spec_tokens=k,
+    )
+    rows = [
+        [row["load"]]
+        + [
+            f"{row['deltas'][key]['delta_pct']:+.1f}% ({row['deltas'][key]['verdict']})"
+            if row["deltas"][key]["delta_pct"] is not None
+            else "n/a"
+            for key in (
+                "output_throughput_tok_s",
+                "latency_s.mean",
+                "latency_s.p99",
+                "ttft_ms.mean",
+                "per_stream_tok_s.mean",
+            )
+        ]
+        for row in doc["points"]
+    ]
+    paragraphs = [f"B = {b.label} against A = {a.label}."]
+    if doc.get("crossover"):
+        paragraphs.append(f"Crossover: {doc['crossover']}.")
+    if spec := doc.get("speculation"):
+        paragraphs.append(f"Recommendation: {spec['recommendation']}.")
+        if spec.get("speculative_config"):
+            paragraphs.append(f"vLLM setting: {json.dumps(spec['speculative_config'])}")
+    if target := doc.get("per_stream_target"):
+        paragraphs.append(
+            f"Highest concurrency at >= {target['tok_s']:g} tok/s per stream: "
+            f"A {target['A']}, B {target['B']}."
+        )
+    figure = Figure(
+        "ab_deltas",
+        "A/B: output throughput change per load",
+        plots.bars(
+            [row["load"] for row in doc["points"]],
+            [row["deltas"]["output_throughput_tok_s"]["delta_pct"] or 0 for row in doc["points"]],
+            title=f"{b.label} vs {a.label}",
+            ylabel="% change in output tok/s",
+        ),
+        "B relative to A",
+    )
+    table = Table(
+        "B relative to A",
+        ["load", "output tok/s", "mean latency", "p99 latency", "mean TTFT", "per-stream"],
+        rows,
+    )
+    return Section("A/B comparison", paragraphs, [table], figures=[figure])
+
+
+def validate_section(doc: dict[str, Any]) -> Section:
+    """validate's checks (details quote model output: they are escaped by the renderer)."""
+    rows = [
+        [c["name"], c["status"], c["detail"], f"{c['duration_s']:.1f}"]
+        for c in doc.get("checks", [])
+    ]
+    verdict = "passed" if doc.get("passed") else "FAILED"
+    return Section(
+        "Functional validation",
+        [f"validate {verdict}."],
+        [Table("checks", ["check", "status", "detail", "s"], rows)],
+    )
+
+
+def write_report(
+    paths: list[Path],
+    out: Path,
+    *,
+    compare: tuple[Path, Path] | None = None,
+    validate: Path | None = None,
+    per_stream_target: float | None = None,
+) -> dict[str, Any]:
+    """Write report.html, report.md and one PNG per plot into `out`; return what was written."""
+    runs = [load_run(p) for p in paths]
+    by_path = {p.resolve(): r for p, r in zip(paths, runs, strict=True)}
+    if per_stream_target is None:
+        per_stream_target = next(
+            (
+                r.profile.bench_defaults.per_stream_target_tok_s
+                for r in runs
+                if r.profile and r.profile.bench_defaults.per_stream_target_tok_s
+            ),
+            None,
+        )
+    sections = [Section("Runs", tables=[points_table(r) for r in runs])]
+    if compare is not None:
+        a, b = (by_path.get(p.resolve()) or load_run(p) for p in compare)
+        sections.append(compare_section(a, b, per_stream_target))
+    validate_doc = _find_validate(paths, validate)
+    if validate_doc is not None:
+        sections.append(validate_section(validate_doc))
+    sections.append(Section("Plots", figures=run_figures(runs, per_stream_target)))
+    sections += [provenance(r) for r in runs]
+    stamp = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    title = f"servekit report: {', '.join(r.label for r in runs)} ({stamp}, servekit {__version__})"
+    out.mkdir(parents=True, exist_ok=True)
+    figures = [f for s in sections for f in s.figures]
+    for fig in figures:
+        (out / f"{fig.name}.png").write_bytes(fig.png)
+    (out / "report.html").write_text(render_html(title, sections), encoding="utf-8")
+    (out / "report.md").write_text(render_markdown(title, sections), encoding="utf-8")
+    return {
+        "html": str(out / "report.html"),
+        "markdown": str(out / "report.md"),
+        "plots": [str(out / f"{f.name}.png") for f in figures],
+    }
+
+
+def _find_validate(paths: list[Path], given: Path | None) -> dict[str, Any] | None:
+    candidates = (
+        [given / "validate.json" if given.is_dir() else given]
+        if given
+        else [(p if p.is_dir() else p.parent) / "validate.json" for p in paths]
+    )
+    for path in candidates:
+        if path.is_file():
+            try:
+                doc = json.loads(path.read_text(encoding="utf-8"))
+            except json.JSONDecodeError as exc:
+                raise ServekitError(f"{path} is not JSON ({exc.msg})") from None
+            return dict(doc)
+    if given is not None:
+        raise ServekitError(f"no validate.json at {given}", fix="pass validate --out DIR's DIR")
+    return None

@@ -1,0 +1,88 @@
+"""The report's plots (shell: matplotlib, headless Agg canvas): each returns PNG bytes.
+
+Every function takes plain data (labels and numbers), so the report builder decides what
+to plot and these only draw. Figures use matplotlib's object API (no pyplot state).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+
+from matplotlib.figure import Figure
+
+Series = tuple[str, Sequence[float], Sequence[float]]  # label, x, y
+Panel = tuple[str, Sequence[float], Sequence[float], Sequence[float], Sequence[float]]
+SIZE = (7.0, 3.6)
+
+
+def _png(fig: Figure) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    return buf.getvalue()
+
+
+def lines(
+    series: Sequence[Series], *, title: str, xlabel: str, ylabel: str,
+    log_x: bool = True, hline: tuple[float, str] | None = None,
+) -> bytes:  # fmt: skip
+    """Lines of y against x, one per series (concurrency on a log axis by default)."""
+    fig = Figure(figsize=SIZE)
+    ax = fig.subplots()
+    for label, xs, ys in series:
+        ax.plot(list(xs), list(ys), marker="o", label=label)
+    if hline is not None:
+        ax.axhline(hline[0], color="tab:red", linestyle="--", label=hline[1])
+    if log_x:
+        ax.set_xscale("log", base=2)
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small")
+    return _png(fig)
+
+
+def histograms(samples: Sequence[tuple[str, Sequence[float]]], *, title: str, xlabel: str) -> bytes:
+    """Overlaid histograms of samples (clipped at the 99.5th percentile of all samples)."""
+    fig = Figure(figsize=SIZE)
+    ax = fig.subplots()
+    every = sorted(v for _, values in samples for v in values)
+    top = every[int(len(every) * 0.995) - 1] if every else 1.0
+    for label, values in samples:
+        ax.hist([min(v, top) for v in values], bins=60, alpha=0.5, label=f"{label} ({len(values)})")
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("count")
+    ax.legend(fontsize="small")
+    return _png(fig)
+
+
+def bars(labels: Sequence[str], values: Sequence[float], *, title: str, ylabel: str) -> bytes:
+    """Bars of signed values (green up, red down), e.g. A/B changes per load."""
+    fig = Figure(figsize=SIZE)
+    ax = fig.subplots()
+    colours = ["tab:green" if v >= 0 else "tab:red" for v in values]
+    ax.bar(list(labels), list(values), color=colours)
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_title(title)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, axis="y", alpha=0.3)
+    return _png(fig)
+
+
+def over_time(panels: Sequence[Panel], *, title: str) -> bytes:
+    """Per point: KV usage (left axis, %) and running/waiting requests (right axis) over
+    the point's seconds; one panel per point."""
+    fig = Figure(figsize=(SIZE[0], 1.6 * max(len(panels), 1) + 0.6))
+    axes = fig.subplots(max(len(panels), 1), 1, squeeze=False)[:, 0]
+    for ax, (label, t, kv, running, waiting) in zip(axes, panels, strict=False):
+        ax.plot(list(t), [100 * v for v in kv], color="tab:purple", label="KV usage %")
+        ax.set_ylabel(label, fontsize="small")
+        twin = ax.twinx()
+        twin.plot(list(t), list(running), color="tab:blue", label="running")
+        twin.plot(list(t), list(waiting), color="tab:orange", label="waiting")
+        ax.grid(True, alpha=0.3)
+    axes[0].set_title(title)
+    axes[-1].set_xlabel("seconds into the point (KV % purple; running blue, waiting orange)")
+    return _png(fig)
