@@ -15,6 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 NOISE_PCT = 2.0
+# Speculation is worth enabling at a load only when it raises throughput by at least this
+# much: its draft weights and draft KV cache take GPU memory the target's KV cache could use,
+# and the draft adds a failure surface; a gain smaller than this does not pay for that.
+MIN_SPEC_GAIN_PCT = 5.0
 # Each metric: its key in summary.json, the statistic (None: a plain number), higher is better.
 METRICS: tuple[tuple[str, str | None, bool], ...] = (
     ("output_throughput_tok_s", None, True),
@@ -133,44 +137,44 @@ def has_speculation(run: dict[str, Any]) -> bool:
 
 
 def speculation_advice(
-    rows: list[dict[str, Any]], spec_is_b: bool, name: str, k: int | None, max_batch: int
+    rows: list[dict[str, Any]],
+    spec_is_b: bool,
+    name: str,
+    k: int | None,
+    max_batch: int,
+    min_gain_pct: float = MIN_SPEC_GAIN_PCT,
 ) -> dict[str, Any]:
-    """When speculation pays: the highest load up to which the speculative run has better
-    throughput at every load, what it costs above, and the vLLM setting that enacts it."""
-    wins: list[tuple[float, str, float]] = []  # (load value, verdict from spec's side, pct gain)
+    """When speculation pays: the highest load up to which the speculative run's throughput
+    is better beyond noise and by at least `min_gain_pct` at every load, what it gains or
+    costs above that, and the vLLM setting that enacts it."""
+    gains: list[tuple[float, bool, float]] = []  # (load, pays, % gain of spec over plain)
     for row in rows:
         d = row["deltas"]["output_throughput_tok_s"]
-        if d["delta_pct"] is None:
+        if d["a"] is None or d["b"] is None:
             continue
-        pct = d["delta_pct"] if spec_is_b else -d["delta_pct"]
-        verdict = d["verdict"]
-        if not spec_is_b and verdict in ("better", "worse"):
-            verdict = "worse" if verdict == "better" else "better"
-        wins.append((row["load_value"], verdict, pct))
+        spec, plain = (d["b"], d["a"]) if spec_is_b else (d["a"], d["b"])
+        gain = (spec - plain) / plain * 100 if plain else 0.0
+        beyond_noise = d["verdict"] != "within noise"
+        gains.append((row["load_value"], beyond_noise and gain >= min_gain_pct, gain))
     enable_upto = None
-    for value, verdict, _ in wins:
-        if verdict != "better":
+    for value, pays, _ in gains:
+        if not pays:
             break
         enable_upto = value
-    above = [(-pct) for value, _, pct in wins if enable_upto is None or value > enable_upto]
+    above = [g for value, _, g in gains if enable_upto is None or value > enable_upto]
+    setting = None
     if enable_upto is None:
-        text = f"disable {name}: it does not raise throughput at any measured load"
-        setting = None
+        text = (
+            f"disable {name}: it does not raise throughput by {min_gain_pct:g}% "
+            "at any measured load"
+        )
     elif not above:
         text = (
-            f"keep {name} on: it helps at every measured load (up to concurrency {wins[-1][0]:g})"
+            f"keep {name} on: it helps at every measured load (up to concurrency {gains[-1][0]:g})"
         )
-        setting = None
     else:
-        costs = [c for c in above if c > 0]
-        cost = (
-            f"it costs {min(costs):.0f}-{max(costs):.0f}% throughput"
-            if len(costs) > 1
-            else f"it costs {costs[0]:.0f}% throughput"
-            if costs
-            else "it gains nothing"
-        )
-        text = f"enable {name} at concurrency <= {enable_upto:g}; above that {cost}"
+        beyond = _above(above, min_gain_pct)
+        text = f"enable {name} at concurrency <= {enable_upto:g}; above that {beyond}"
         upto = int(enable_upto)
         setting = {
             "num_speculative_tokens_per_batch_size": [
@@ -184,8 +188,31 @@ def speculation_advice(
     return {
         "recommendation": text,
         "enable_up_to_concurrency": enable_upto,
+        "min_gain_pct": min_gain_pct,
+        "gains_pct": [[value, round(g, 2)] for value, _, g in gains],
         "speculative_config": setting,
     }
+
+
+def _above(gains: list[float], min_gain_pct: float) -> str:
+    """What speculation does above the recommended load, in words."""
+    costs = [-g for g in gains if g < 0]
+    small = [g for g in gains if g >= 0]
+    cost = ""
+    if costs:
+        low, high = min(costs), max(costs)
+        cost = (
+            f"{low:.0f}-{high:.0f}%"
+            if len(costs) > 1 and round(low) != round(high)
+            else f"{high:.0f}%"
+        )
+    if not small:
+        return f"it costs {cost} throughput"
+    gain = (
+        f"it gains at most {max(small):.1f}% "
+        f"(under the {min_gain_pct:g}% that pays for the draft's memory)"
+    )
+    return f"{gain} or costs {cost} throughput" if costs else gain
 
 
 def compare_runs(
