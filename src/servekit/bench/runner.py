@@ -58,6 +58,8 @@ class BenchSpec:
     duration_per_point_s: float | None = None  # a point also ends when this much time passed
     tools: tuple[dict[str, Any], ...] = ()  # OpenAI tool definitions sent with chat requests
     workers: int = 1  # processes that send the load (records merge in this one)
+    min_tokens: bool = False  # also pin the length with min_tokens (servers without ignore_eos)
+    metrics_interval_s: float = 0.25  # /metrics sampling during a point; 0: before/after only
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +79,7 @@ class PointSpec:
     rate_rps: float | None = None
     arrival: str = "poisson"  # poisson | gamma:SHAPE | constant
     max_concurrency: int | None = None
+    requests: int | None = None  # this point's request count [BenchSpec.requests_per_point]
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,16 +96,22 @@ class PointOutcome:
 def request_body(
     spec: BenchSpec, prompt: str | None, output_len: int, messages: Any = None
 ) -> dict[str, Any]:
-    """The streaming request body: exact output length, usage on every chunk."""
+    """The streaming request body: exact output length, usage on every chunk.
+
+    The length is pinned with `max_tokens` + `ignore_eos` (as vLLM's own benchmark does);
+    `min_tokens` is added only with `BenchSpec.min_tokens`, since on vLLM it adds a logits
+    processor to every step. A server that ignores the pin is caught by the length check.
+    """
     body: dict[str, Any] = {
         "model": spec.model,
         "max_tokens": output_len,
-        "min_tokens": output_len,
         "ignore_eos": True,
         "temperature": spec.temperature,
         "stream": True,
         "stream_options": {"include_usage": True, "continuous_usage_stats": True},
     }
+    if spec.min_tokens:
+        body["min_tokens"] = output_len
     if spec.api == "chat":
         body["messages"] = (
             list(messages) if messages is not None else [{"role": "user", "content": prompt}]
@@ -183,11 +192,12 @@ async def _sample_gauges(
     maxima: dict[str, float],
     stop: asyncio.Event,
     samples: list[list[float]],
+    every_s: float = SAMPLE_EVERY_S,
 ) -> None:
     """Scrape /metrics every 0.25 s: gauge maxima, and (seconds since the point started,
     KV usage, running, waiting) samples for plots over time."""
     start = time.monotonic()
-    while not stop.is_set():
+    while not stop.is_set() and every_s > 0:
         snap = await scrape(session, base_url)
         if snap is not None:
             for name, value in snap.gauges.items():
@@ -196,7 +206,7 @@ async def _sample_gauges(
                 values = [snap.gauges[g] for g in GAUGES]
                 samples.append([round(time.monotonic() - start, 3), *values])
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), SAMPLE_EVERY_S)
+            await asyncio.wait_for(stop.wait(), every_s)
 
 
 async def warm_connections(session: aiohttp.ClientSession, base_url: str, count: int) -> None:
@@ -269,7 +279,8 @@ async def run_points(
         trace_configs=[timing_trace_config()],
         timeout=aiohttp.ClientTimeout(total=None),  # each request has its own --timeout
     ) as session:
-        total = spec.warmup + spec.requests_per_point * len(points)
+        counts = [point.requests or spec.requests_per_point for point in points]
+        total = spec.warmup + sum(counts)
         planned, progress.input_len_method = await plan_requests(session, spec, total, rng)
         warm = [p.body for p in planned[: spec.warmup]]
         await asyncio.gather(
@@ -279,9 +290,9 @@ async def run_points(
             )
         )
         offset = spec.warmup
-        for point in points:
-            bodies = planned[offset : offset + spec.requests_per_point]
-            offset += spec.requests_per_point
+        for point, count in zip(points, counts, strict=True):
+            bodies = planned[offset : offset + count]
+            offset += count
             progress.current, progress.current_records = point, []
             on_point(point, len(bodies))
             outcome = await _run_point(
@@ -397,7 +408,9 @@ async def _run_point(
     maxima: dict[str, float] = {}
     stop = asyncio.Event()
     samples: list[list[float]] = []
-    sampler = asyncio.create_task(_sample_gauges(session, spec.base_url, maxima, stop, samples))
+    sampler = asyncio.create_task(
+        _sample_gauges(session, spec.base_url, maxima, stop, samples, spec.metrics_interval_s)
+    )
     short: list[tuple[int, int]] = []
 
     def keep(index: int, record: RequestRecord) -> None:

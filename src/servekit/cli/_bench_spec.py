@@ -85,6 +85,8 @@ def bench_inputs(opts: dict[str, Any]) -> tuple[BenchSpec, list[PointSpec], Prof
         if opts["tools"]
         else (),
         workers=opts["workers"],
+        min_tokens=opts["min_tokens"],
+        metrics_interval_s=opts["metrics_interval"],
     )
     points = [
         PointSpec(f"c={int(c)}", concurrency=int(c))

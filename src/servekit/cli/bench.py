@@ -59,6 +59,10 @@ from servekit.report.tables import points_table
               help="Seconds one request may take before it counts as a timeout.")
 @click.option("--workers", type=click.IntRange(min=1, max=64), default=1, show_default=True,
               help="Processes that send the load, past one client core; records merge.")
+@click.option("--min-tokens", is_flag=True,
+              help="Also pin the output length with min_tokens (servers without ignore_eos).")
+@click.option("--metrics-interval", type=click.FloatRange(min=0), default=0.25, show_default=True,
+              help="Seconds between /metrics samples during a point; 0 scrapes only around it.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--api-key-env", default="OPENAI_API_KEY", show_default=True,
               help="Environment variable holding the API key (never written anywhere).")

@@ -7,6 +7,7 @@ import click
 from servekit import __version__
 from servekit.cli.bench import bench_command
 from servekit.cli.compare import compare_command
+from servekit.cli.demo import demo_command
 from servekit.cli.plan import plan_command
 from servekit.cli.profiles import profiles_group
 from servekit.cli.render import render_command
@@ -29,6 +30,7 @@ cli.add_command(bench_command)
 cli.add_command(validate_command)
 cli.add_command(compare_command)
 cli.add_command(report_command)
+cli.add_command(demo_command)
 
 
 def main() -> None:

@@ -1,0 +1,62 @@
+"""`servekit demo` (shell): the deployment's journey on the built-in simulator."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from servekit.cli._output import emit_json, handles_errors, json_option
+from servekit.demo import run_demo
+from servekit.sim.faults import parse_fault
+
+
+@click.command("demo")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("out/demo"),
+    show_default=True,
+    help="Where runs, launch artifacts and the report go.",
+)
+@click.option("--quick", is_flag=True, help="Fewer levels and requests: under a minute.")
+@click.option(
+    "--fault",
+    "faults",
+    multiple=True,
+    metavar="FAULT",
+    help="Inject a simulator fault, e.g. crash-at-concurrency=2.",
+)
+@json_option
+@handles_errors
+def demo_command(out: Path, quick: bool, faults: tuple[str, ...], as_json: bool) -> None:
+    """Plan, render, launch the simulator, validate, sweep, compare EAGLE3 on/off, report."""
+    for fault in faults:
+        parse_fault(fault)  # a bad fault is a usage error before anything starts
+
+    def say(line: str) -> None:
+        click.echo(line, err=as_json)
+
+    result = run_demo(out, quick=quick, faults=faults, say=say)
+    if as_json:
+        emit_json(result)
+        return
+    click.echo(
+        "\nEAGLE3 on, temperature 0.7, simulated time (the deployment's figures in brackets):"
+    )
+    for line in result["table"]:
+        click.echo(f"  {line}")
+    click.echo(f"\nrecommendation: {result['recommendation']}")
+    if result["speculative_config"]:
+        schedule = result["speculative_config"]["num_speculative_tokens_per_batch_size"]
+        click.echo(
+            f'  vLLM setting: add "num_speculative_tokens_per_batch_size": {schedule} '
+            "to --speculative-config"
+        )
+    per = result["per_stream"]
+    click.echo(
+        f"highest concurrency at >= {per['target_tok_s']:g} tok/s per stream: "
+        f"{per['temperature_0.7']} at temperature 0.7, {per['temperature_0.0']} at 0.0 "
+        "(deployment: 2 and 3)"
+    )
+    click.echo(f"report: {result['report']}  ({result['seconds']:.0f} s)")

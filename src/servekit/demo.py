@@ -1,0 +1,245 @@
+"""`servekit demo`: the deployment's whole journey on the built-in simulator (shell).
+
+plan and render the MiniMax-M3 profile -> start the simulator with EAGLE3 -> validate ->
+sweep concurrency at temperature 0.7 and 0.0 -> restart without EAGLE3 -> sweep again ->
+compare -> report. The live simulator runs faster than real time (`--time-scale`); every
+figure the demo prints is converted back to simulated time (analyze.timescale) and says so.
+Every process the demo starts is stopped when it ends, also on errors and Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from servekit import __version__
+from servekit.analyze.compare import compare_runs, highest_meeting
+from servekit.analyze.timescale import to_simulated_time
+from servekit.bench.runner import BenchSpec, PointSpec
+from servekit.bench.store import write_summary, write_summary_tables
+from servekit.bench.summary import run_bench
+from servekit.deploy.render import render
+from servekit.errors import ChecksFailed, SimulationError
+from servekit.hardware import lookup_gpu
+from servekit.plan import make_plan, plan_inputs
+from servekit.profiles import Profile, load_profile
+from servekit.report.build import write_report
+from servekit.validate.context import ValidateSpec
+from servekit.validate.runner import run_checks, validate_document
+
+PROFILE = "minimax-m3-mxfp8-8xa800"
+NO_EAGLE3 = f"{PROFILE}-no-eagle3"
+SEED_TABLE = (  # the deployment's reported figures (shared/reference/seed.json)
+    (1, 83.0, 1.54),
+    (4, 209.8, 2.38),
+    (16, 400.0, 4.94),
+    (128, 924.3, 16.90),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class DemoPlan:
+    """How big the demo is: concurrency levels, requests per level, simulator speed."""
+
+    concurrency: tuple[int, ...]
+    cold_concurrency: tuple[int, ...]  # the temperature 0.0 sweep (per-stream target)
+    min_requests: int
+    time_scale: float
+
+    def requests(self, concurrency: int) -> int:
+        """Requests at one level: two rounds of the concurrency, at least `min_requests`."""
+        return max(2 * concurrency, self.min_requests)
+
+
+FULL = DemoPlan((1, 2, 3, 4, 8, 16, 128), (1, 2, 3, 4), 16, 0.1)
+QUICK = DemoPlan((1, 4, 8, 16, 128), (2, 3, 4), 6, 0.05)
+
+
+@contextmanager
+def sim_server(profile: str, time_scale: float, faults: tuple[str, ...]) -> Iterator[str]:
+    """Run `servekit sim serve` on a free loopback port; yield its URL; always stop it."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "servekit",
+        "sim",
+        "serve",
+        "--profile",
+        profile,
+        "--port",
+        "0",
+        "--time-scale",
+        str(time_scale),
+        "--json",
+    ]
+    for fault in faults:
+        cmd += ["--fault", fault]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        try:
+            url = str(json.loads(line)["url"])
+        except (ValueError, KeyError):
+            raise SimulationError(f"the simulator for {profile} did not start") from None
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def plan_lines(profile: Profile) -> list[str]:
+    """The memory plan in two lines."""
+    plan = make_plan(plan_inputs(profile, lookup_gpu(profile.hardware.gpu)))
+    gib = 2**30
+    return [
+        f"plan: per GPU {plan.weights.total_bytes / gib:.1f} GiB weights, "
+        f"{plan.kv_cache_bytes / gib:.1f} GiB KV cache = {plan.kv_cache_tokens:,} tokens, "
+        f"{plan.max_concurrency:.2f} requests at max_model_len "
+        f"{profile.serve_args.max_model_len}; fits: {plan.fits}",
+    ]
+
+
+def sweep(
+    url: str,
+    profile: Profile,
+    levels: tuple[int, ...],
+    temperature: float,
+    out: Path,
+    demo: DemoPlan,
+) -> dict[str, Any]:
+    """One closed-loop sweep, written to `out` in simulated time."""
+    bench = profile.bench_defaults
+    spec = BenchSpec(
+        base_url=url,
+        model=profile.serve_args.served_model_name or profile.model.path,
+        input_len=bench.input_len,
+        output_len=bench.output_len,
+        temperature=temperature,
+        requests_per_point=demo.min_requests,
+        warmup=2,
+        seed=7,
+    )
+    points = [PointSpec(f"c={c}", concurrency=c, requests=demo.requests(c)) for c in levels]
+    summary, stopped = run_bench(spec, points, out, version=__version__, profile=profile.name)
+    if stopped is not None:
+        raise stopped
+    simulated = to_simulated_time(dict(summary), demo.time_scale)
+    write_summary(out, simulated)
+    write_summary_tables(out, simulated)
+    return simulated
+
+
+def deployment_table(run: dict[str, Any]) -> list[str]:
+    """The deployment's table (concurrency, tok/s, mean latency) beside its figures."""
+    by_c = {p["concurrency"]: p for p in run["points"]}
+    lines = ["concurrency | throughput tok/s (deployment) | mean latency s (deployment) | diff"]
+    for c, tput, lat in SEED_TABLE:
+        p = by_c.get(c)
+        if p is None:
+            continue
+        ours_t, ours_l = p["output_throughput_tok_s"], p["latency_s"]["mean"]
+        dt, dl = (ours_t / tput - 1) * 100, (ours_l / lat - 1) * 100
+        lines.append(
+            f"{c:>11} | {ours_t:7.1f} ({tput:6.1f}) | {ours_l:6.2f} ({lat:5.2f}) | "
+            f"{dt:+5.1f}% tok/s, {dl:+5.1f}% latency"
+        )
+    return lines
+
+
+def run_demo(
+    out: Path,
+    *,
+    quick: bool = False,
+    faults: tuple[str, ...] = (),
+    say: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """The whole journey; returns what it found. Raises ChecksFailed when validate fails."""
+    demo = QUICK if quick else FULL
+    started = time.monotonic()
+    on, off = load_profile(PROFILE), load_profile(NO_EAGLE3)
+    out.mkdir(parents=True, exist_ok=True)
+    for line in plan_lines(on):
+        say(line)
+    launch = out / "launch"
+    launch.mkdir(exist_ok=True)
+    for target, name in (
+        ("vllm", "vllm-serve.sh"),
+        ("compose", "compose.yaml"),
+        ("k8s", "k8s.yaml"),
+    ):
+        (launch / name).write_text(render(on, target), encoding="utf-8")
+    say(f"render: launch artifacts in {launch}")
+    with sim_server(PROFILE, demo.time_scale, faults) as url:
+        say(f"simulator (EAGLE3) at {url}, {1 / demo.time_scale:g}x real time")
+        spec = ValidateSpec(
+            base_url=url,
+            model=on.serve_args.served_model_name,
+            expected_max_model_len=on.serve_args.max_model_len,
+            thinking_kwargs=on.validate_defaults.thinking_kwargs,
+            thinking_expected=True,
+            ladder=tuple(on.validate_defaults.ladder),
+            check_timeout_s=60.0,
+        )
+        results = asyncio.run(run_checks(spec, out=out / "validate"))
+        doc = validate_document(results, spec)
+        (out / "validate" / "validate.json").write_text(
+            json.dumps(doc, indent=2) + "\n", encoding="utf-8"
+        )
+        for r in results:
+            say(f"validate {r.status:>4}  {r.name}: {r.detail}")
+        if not doc["passed"]:
+            failed = [r for r in results if r.status == "fail"]
+            raise ChecksFailed(
+                f"validate failed ({', '.join(r.name for r in failed)}): "
+                f"{failed[0].detail}; stopping before load testing"
+            )
+        say(f"sweep EAGLE3 on, temperature 0.7: concurrency {','.join(map(str, demo.concurrency))}")
+        warm = sweep(url, on, demo.concurrency, 0.7, out / "eagle3-t0.7", demo)
+        say("sweep EAGLE3 on, temperature 0.0 (per-stream target)")
+        cold = sweep(url, on, demo.cold_concurrency, 0.0, out / "eagle3-t0.0", demo)
+    with sim_server(NO_EAGLE3, demo.time_scale, ()) as url:
+        say(f"simulator restarted without EAGLE3 at {url}; sweep at temperature 0.7")
+        plain = sweep(url, off, demo.concurrency, 0.7, out / "no-eagle3-t0.7", demo)
+    k = on.speculative.config.num_speculative_tokens if on.speculative else None
+    comparison = compare_runs(
+        plain,
+        warm,
+        per_stream_target=on.bench_defaults.per_stream_target_tok_s,
+        spec_name="EAGLE3",
+        max_batch=on.serve_args.max_num_seqs or 128,
+        spec_tokens=k,
+    )
+    report = write_report(
+        [out / "eagle3-t0.7", out / "eagle3-t0.0", out / "no-eagle3-t0.7"],
+        out / "report",
+        compare=(out / "no-eagle3-t0.7", out / "eagle3-t0.7"),
+        validate=out / "validate",
+    )
+    per_stream: float = on.bench_defaults.per_stream_target_tok_s or 60.0
+    return {
+        "table": deployment_table(warm),
+        "recommendation": comparison.get("speculation", {}).get("recommendation"),
+        "speculative_config": comparison.get("speculation", {}).get("speculative_config"),
+        "per_stream": {
+            "target_tok_s": per_stream,
+            "temperature_0.7": highest_meeting(warm, per_stream),
+            "temperature_0.0": highest_meeting(cold, per_stream),
+        },
+        "report": report["html"],
+        "seconds": round(time.monotonic() - started, 1),
+    }
