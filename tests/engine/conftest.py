@@ -33,7 +33,6 @@ BUILDER = Path(__file__).with_name("tiny_model.py")
 SERVED = "tiny-m3"
 MAX_MODEL_LEN = 2048
 START_TIMEOUT_S = 420.0
-SERVER_CORE = "1"
 CLIENT_CORE = 0
 PARSERS = ["--reasoning-parser", "minimax_m3", "--tool-call-parser", "minimax_m3",
            "--enable-auto-tool-choice"]  # fmt: skip

@@ -13,6 +13,7 @@ COUNTERS = (
     "vllm:spec_decode_num_accepted_tokens",
     "vllm:num_preemptions",
     "vllm:generation_tokens",
+    "vllm:prompt_tokens",
 )
 GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
 
