@@ -172,7 +172,7 @@ def test_bench_agrees_with_vllm_bench_serve(vllm_plain: Any, tmp_path: Path) -> 
     its own process, alternating six times with a new prompt seed per round: the medians of
     the per-round ratios of output throughput and of mean TTFT are within 25% of 1.
 
-    The server alone varies by about +-10% between identical runs on this shared 2-core
+    The server alone varies by up to +-25% between identical runs on this shared 2-core
     machine, so single runs cannot be compared; servekit's /metrics sampling is off here
     because vLLM's tool does not load the server with it. TTFT is compared from the moment
     the client starts the request, which is where vLLM's tool starts its clock; servekit's
