@@ -27,6 +27,10 @@ CONTEXT_LENGTH = "context_length"
 CONNECT = "connect"
 TIMEOUT = "timeout"
 WRONG_CONTENT_TYPE = "wrong_content_type"
+# Answers to a streaming request that are certainly not a stream: a JSON document (the
+# server ignored `stream: true`) or a page (a proxy or gateway). Other types, including
+# none, are read as SSE: the parser classifies what does not parse.
+NOT_A_STREAM = frozenset({"application/json", "text/html", "text/plain", "application/xml"})
 
 
 @dataclass(slots=True)
@@ -119,7 +123,7 @@ async def stream_request(
                     )
                     reader.result.error_kind, reader.result.error = kind, message
                     return TimedStream(sent, time.monotonic_ns(), status, reader.result)
-                if resp.content_type != "text/event-stream":
+                if resp.content_type in NOT_A_STREAM:
                     body_start = (await resp.read())[:200].decode("utf-8", "replace")
                     reader.result.error_kind = WRONG_CONTENT_TYPE
                     reader.result.error = (
