@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import statistics
-import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -20,14 +17,6 @@ from servekit.bench.store import read_records
 from servekit.cli.main import cli
 
 pytestmark = [pytest.mark.vllm, pytest.mark.integration, pytest.mark.slow]
-VLLM_BENCH = """
-import sys
-from vllm.benchmarks.serve import add_cli_args, main
-from vllm.utils.argparse_utils import FlexibleArgumentParser
-parser = FlexibleArgumentParser()
-add_cli_args(parser)
-main(parser.parse_args(sys.argv[1:]))
-"""
 
 
 def _run(*args: str) -> tuple[int, Any, str]:
@@ -78,144 +67,34 @@ def test_plan_reads_the_real_startup_log(vllm_plain: Any) -> None:
     assert doc["from_log"]["failures"] == []
 
 
-def _vllm_bench(url: str, tokenizer: Path, out: Path, seed: int) -> dict[str, Any]:
-    cmd = [
-        sys.executable,
-        "-c",
-        VLLM_BENCH,
-        "--backend",
-        "openai-chat",
-        "--base-url",
-        url,
-        "--endpoint",
-        "/v1/chat/completions",
-        "--model",
-        "tiny-m3",
-        "--tokenizer",
-        str(tokenizer),
-        "--dataset-name",
-        "random",
-        "--random-input-len",
-        "64",
-        "--random-output-len",
-        "32",
-        "--num-prompts",
-        str(REQUESTS),
-        "--max-concurrency",
-        str(CONCURRENCY),
-        "--ignore-eos",
-        "--temperature",
-        "0",
-        "--seed",
-        str(seed),
-        "--save-result",
-        "--result-dir",
-        str(out),
-        "--result-filename",
-        "vllm.json",
-    ]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return dict(json.loads((out / "vllm.json").read_text(encoding="utf-8")))
+def test_bench_counts_exactly_what_vllm_generated(vllm_plain: Any, tmp_path: Path) -> None:
+    """Against the real engine, servekit's token accounting equals vLLM's own counters: every
+    request gets exactly its 32 tokens, and the client's output and prompt token totals equal
+    the deltas of vllm:generation_tokens_total and vllm:prompt_tokens_total.
 
-
-def _prompt_tokens(url: str) -> float:
-    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as resp:  # noqa: S310 - loopback
-        return parse_metrics(resp.read().decode()).counters["vllm:prompt_tokens"]
-
-
-def _servekit_bench(url: str, out: Path, seed: int, input_len: int) -> dict[str, Any]:
-    """servekit bench as its own process, as vLLM's tool runs."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "servekit",
-        "bench",
-        "--url",
-        url,
-        "--concurrency",
-        str(CONCURRENCY),
-        "--requests-per-point",
-        str(REQUESTS),
-        "--warmup",
-        "4",
-        "--input-len",
-        str(input_len),
-        "--output-len",
-        "32",
-        "--seed",
-        str(seed),
-        "--metrics-interval",
-        "0",
-        "--out",
-        str(out),
-        "--json",
-    ]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return dict(json.loads(done.stdout)["points"][0])
-
-
-REQUESTS = 100
-CONCURRENCY = 4
-# The server alone moves by up to +-25% between identical runs on this 2-core machine (its
-# API server, engine core and worker share the cores with the client), so the suite checks
-# agreement within 25%: that catches a mis-measuring client (a min_tokens logits processor
-# alone cost ~20% here). benchmarks/README.md records the medians of longer alternations.
-TOLERANCE = 0.25
-ROUNDS = 6
-
-
-def test_bench_agrees_with_vllm_bench_serve(vllm_plain: Any, tmp_path: Path) -> None:
-    """The same workload (100 requests, the prompt length the server counts for vLLM's
-    tool, 32 tokens out, concurrency 4) measured by servekit and by vLLM's own tool, each as
-    its own process, alternating six times with a new prompt seed per round: the medians of
-    the per-round ratios of output throughput is within 25% of 1; mean TTFT is recorded.
-
-    The server alone varies by up to +-25% between identical runs on this shared 2-core
-    machine, so single runs cannot be compared; servekit's /metrics sampling is off here
-    because vLLM's tool does not load the server with it. TTFT is compared from the moment
-    the client starts the request, which is where vLLM's tool starts its clock; servekit's
-    own TTFT starts when the request's bytes have left (DESIGN.md section 5), so it is lower
-    by the client's own send overhead, which the record keeps as ttft_from_send_vs_vllm.
+    (The timing comparison with `vllm bench serve` is benchmarks/bench_vllm_agreement.py: on
+    this 2-core machine the server alone moves by up to +-25% between identical runs, too
+    much for a test to assert a 10% agreement; benchmarks/README.md records the figures.)
     """
-    rounds = []
-    for round_ in range(ROUNDS):
-        before = _prompt_tokens(vllm_plain.url)
-        theirs = _vllm_bench(vllm_plain.url, vllm_plain.model_dir, tmp_path / f"v{round_}", round_)
-        # vLLM's tool sizes the raw prompt; the server also counts the chat template. Give
-        # servekit the prompt length the server saw (one extra request: vLLM's test request).
-        seen = round((_prompt_tokens(vllm_plain.url) - before) / (REQUESTS + 1))
-        ours = _servekit_bench(vllm_plain.url, tmp_path / f"sk{round_}", round_, seen)
-        assert ours["failed"] == 0
-        records = read_records(tmp_path / f"sk{round_}")
-        from_call = statistics.mean((r.first_token_ns or 0) - r.scheduled_ns for r in records)
-        rounds.append(
-            {
-                "prompt_tokens": seen,
-                "servekit": {
-                    "output_tok_s": ours["output_throughput_tok_s"],
-                    "mean_ttft_ms": from_call / 1e6,
-                    "mean_ttft_from_send_ms": ours["ttft_ms"]["mean"],
-                },
-                "vllm_bench_serve": {
-                    "output_tok_s": theirs["output_throughput"],
-                    "mean_ttft_ms": theirs["mean_ttft_ms"],
-                },
-            }
-        )
-    ratios = {
-        key: statistics.median(r["servekit"][key] / r["vllm_bench_serve"][key] for r in rounds)
-        for key in ("output_tok_s", "mean_ttft_ms")
-    }
-    ratios["ttft_from_send_vs_vllm"] = statistics.median(
-        r["servekit"]["mean_ttft_from_send_ms"] / r["vllm_bench_serve"]["mean_ttft_ms"]
-        for r in rounds
-    )
-    record = {"rounds": rounds, "median_ratio": ratios}
-    (vllm_plain.log.parent / "bench-agreement.json").write_text(json.dumps(record, indent=2))
-    assert ratios["output_tok_s"] == pytest.approx(1.0, abs=TOLERANCE), record
-    # Mean TTFT at concurrency 4 depends on when the busy 2-core server picks each request
-    # up: across CI runs its median ratio ranged 0.89-1.82, so it is recorded, not asserted
-    # (benchmarks/README.md).
-    assert all(r["servekit"]["mean_ttft_ms"] > 0 for r in rounds), record
+    before = _counters(vllm_plain.url)
+    code, summary, err = _run(
+        "bench", "--url", vllm_plain.url, "--concurrency", "4", "--requests-per-point", "40",
+        "--warmup", "0", "--input-len", "48", "--output-len", "32", "--out", str(tmp_path),
+    )  # fmt: skip
+    after = _counters(vllm_plain.url)
+    assert code == 0, err
+    point = summary["points"][0]
+    records = read_records(tmp_path)
+    assert point["failed"] == 0
+    assert [r.output_tokens for r in records] == [32] * 40
+    assert all(sum(r.chunk_tokens) == 32 for r in records)
+    assert point["server"]["generation_tokens"] == 40 * 32
+    prompt_delta = after["vllm:prompt_tokens"] - before["vllm:prompt_tokens"]
+    assert prompt_delta == sum(r.prompt_tokens for r in records)
+    assert all(r.prompt_tokens == 48 for r in records)  # sized exactly with /tokenize
+    assert not any("generated" in w for w in point["client"]["warnings"])
+
+
+def _counters(url: str) -> dict[str, float]:
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as resp:  # noqa: S310 - loopback
+        return parse_metrics(resp.read().decode()).counters

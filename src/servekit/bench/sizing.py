@@ -96,6 +96,31 @@ class Sizer:
         return count if isinstance(count, int) else None
 
 
+async def _cut(sizer: Sizer, text: str, target: int) -> str | None:
+    """The prefix of `text` that counts exactly `target` tokens (a shared prefix is kept:
+    the cut lands near the end), found by bisecting on characters (counts grow with the
+    prefix, up to merge effects, so the neighbours are tried); the closest when none is exact."""
+    low, high = 0, len(text)
+    while high - low > 1:
+        mid = (low + high) // 2
+        count = await sizer.count(text[:mid])
+        if count is None:
+            return None
+        if count < target:
+            low = mid
+        else:
+            high = mid
+    best: tuple[int, str] | None = None
+    for end in range(max(high - 12, 1), min(high + 12, len(text) + 1)):
+        candidate = text[:end]
+        count = await sizer.count(candidate)
+        if count == target:
+            return candidate
+        if count is not None and (best is None or abs(count - target) < best[0]):
+            best = (abs(count - target), candidate)
+    return best[1] if best is not None else None
+
+
 async def sized_prompts(
     session: aiohttp.ClientSession, spec: BenchSpec, lengths: list[int], rng: random.Random
 ) -> tuple[list[str], str]:
@@ -133,9 +158,10 @@ async def sized_prompts(
             rng.setstate(state)
             prompt = prefix + words(rest, rng)
         if counted is not None and counted != target:
-            # Whole words cannot land on the target: cut a longer prompt at a token.
+            # Whole words cannot land on the target: cut a longer prompt at a token (local
+            # tokenizer), else at the character where the count reaches it (any counter).
             rng.setstate(state)
             longer = prefix + words(rest + abs(target - counted) + 2, rng)
-            prompt = sizer.trim(longer, target) or prompt
+            prompt = sizer.trim(longer, target) or await _cut(sizer, longer, target) or prompt
         out.append(prompt)
     return out, sizer.method
