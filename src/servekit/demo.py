@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from servekit import __version__
-from servekit.analyze.compare import compare_runs, highest_meeting
+from servekit.analyze.compare import compare_runs, highest_meeting, speculation_facts
 from servekit.analyze.timescale import to_simulated_time
 from servekit.bench.runner import BenchSpec, PointSpec
 from servekit.bench.store import write_summary, write_summary_tables
@@ -215,13 +215,13 @@ def run_demo(
     with sim_server(NO_EAGLE3, demo.time_scale, ()) as url:
         say(f"simulator restarted without EAGLE3 at {url}; sweep at temperature 0.7")
         plain = sweep(url, off, demo.concurrency, 0.7, out / "no-eagle3-t0.7", demo)
-    k = on.speculative.config.num_speculative_tokens if on.speculative else None
+    name, max_batch, k = speculation_facts([on, off])
     comparison = compare_runs(
         plain,
         warm,
         per_stream_target=on.bench_defaults.per_stream_target_tok_s,
-        spec_name="EAGLE3",
-        max_batch=on.serve_args.max_num_seqs or 128,
+        spec_name=name,
+        max_batch=max_batch,
         spec_tokens=k,
     )
     report = write_report(

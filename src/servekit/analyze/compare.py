@@ -11,8 +11,11 @@ a statistic without an interval counts when it moved more than 2%.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+
+from servekit.profiles.schema import Profile
 
 NOISE_PCT = 2.0
 # Speculation is worth enabling at a load only when it raises throughput by at least this
@@ -213,6 +216,21 @@ def _above(gains: list[float], min_gain_pct: float) -> str:
         f"(under the {min_gain_pct:g}% that pays for the draft's memory)"
     )
     return f"{gain} or costs {cost} throughput" if costs else gain
+
+
+def speculation_facts(profiles: Iterable[Profile | None]) -> tuple[str, int, int | None]:
+    """The speculative method's display name, max_num_seqs and num_speculative_tokens from
+    the runs' profiles (generic values where no profile is known)."""
+    name, max_batch, k = "speculative decoding", 4096, None
+    for prof in profiles:
+        if prof is None:
+            continue
+        if prof.serve_args.max_num_seqs:
+            max_batch = prof.serve_args.max_num_seqs
+        if prof.speculative is not None:
+            name = prof.speculative.config.method.upper().replace("_", " ")
+            k = prof.speculative.config.num_speculative_tokens
+    return name, max_batch, k
 
 
 def compare_runs(

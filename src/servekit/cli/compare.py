@@ -3,36 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import click
 
-from servekit.analyze.compare import compare_runs
+from servekit.analyze.compare import compare_runs, speculation_facts
 from servekit.bench.store import read_summary
 from servekit.cli._output import emit_json, handles_errors, json_option, stdout_console
 from servekit.errors import ServekitError
-from servekit.profiles import load_profile
+from servekit.report.build import summary_profile
 from servekit.report.tables import compare_table
-
-
-def speculation_facts(*runs: dict[str, Any]) -> tuple[str, int, int | None]:
-    """The speculative method's display name, max_num_seqs and num_speculative_tokens, from
-    the runs' profiles (generic values when no profile is known here)."""
-    name, max_batch, k = "speculative decoding", 4096, None
-    for run in runs:
-        profile = (run.get("target") or {}).get("profile")
-        if not profile:
-            continue
-        try:
-            prof = load_profile(str(profile))
-        except ServekitError:
-            continue  # a profile of another machine: keep the generic name
-        if prof.serve_args.max_num_seqs:
-            max_batch = prof.serve_args.max_num_seqs
-        if prof.speculative is not None:
-            name = prof.speculative.config.method.upper().replace("_", " ")
-            k = prof.speculative.config.num_speculative_tokens
-    return name, max_batch, k
 
 
 @click.command("compare")
@@ -47,7 +26,7 @@ def compare_command(
 ) -> None:
     """Compare two runs (e.g. EAGLE3 on vs off): deltas per load, crossover, advice."""
     a, b = read_summary(run_a), read_summary(run_b)
-    name, max_batch, k = speculation_facts(a, b)
+    name, max_batch, k = speculation_facts([summary_profile(a), summary_profile(b)])
     doc = compare_runs(
         a,
         b,

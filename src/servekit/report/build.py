@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from servekit import __version__
-from servekit.analyze.compare import compare_runs
+from servekit.analyze.compare import compare_runs, speculation_facts
 from servekit.analyze.summarize import samples
 from servekit.bench.store import RECORDS_FILE, read_records, read_summary
 from servekit.deploy.argv import environment, vllm_serve_command
@@ -46,14 +46,18 @@ def load_run(path: Path) -> Run:
     summary = read_summary(path)
     run_dir = path if path.is_dir() else path.parent
     records = read_records(run_dir) if (run_dir / RECORDS_FILE).is_file() else []
+    return Run(run_dir.name, summary, records, summary_profile(summary))
+
+
+def summary_profile(summary: dict[str, Any]) -> Profile | None:
+    """The profile a run's summary names, or None (none named, or one of another machine)."""
     name = (summary.get("target") or {}).get("profile")
-    profile = None
-    if name:
-        try:
-            profile = load_profile(str(name))
-        except ServekitError:
-            profile = None  # a profile of another machine: report without its facts
-    return Run(run_dir.name, summary, records, profile)
+    if not name:
+        return None
+    try:
+        return load_profile(str(name))
+    except ServekitError:
+        return None
 
 
 def _closed(run: Run) -> list[dict[str, Any]]:
@@ -284,12 +288,7 @@ def run_figures(runs: list[Run], per_stream_target: float | None) -> list[Figure
 
 def compare_section(a: Run, b: Run, per_stream_target: float | None) -> Section:
     """The A/B comparison with its plot and advice."""
-    spec_name, max_batch, k = "speculative decoding", 4096, None
-    for run in (a, b):
-        if run.profile is not None and run.profile.speculative is not None:
-            spec_name = run.profile.speculative.config.method.upper().replace("_", " ")
-            k = run.profile.speculative.config.num_speculative_tokens
-            max_batch = run.profile.serve_args.max_num_seqs or max_batch
+    spec_name, max_batch, k = speculation_facts([a.profile, b.profile])
     doc = compare_runs(
         a.summary,
         b.summary,
