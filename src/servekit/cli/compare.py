@@ -24,7 +24,7 @@ from servekit.report.tables import compare_table
 def compare_command(
     run_a: Path, run_b: Path, per_stream_target: float | None, as_json: bool
 ) -> None:
-    """Compare two runs (e.g. EAGLE3 on vs off): deltas per load, crossover, advice."""
+    """Compare two runs (EAGLE3 on against off, say): deltas per load, crossover, advice."""
     a, b = read_summary(run_a), read_summary(run_b)
     name, max_batch, k = speculation_facts([summary_profile(a), summary_profile(b)])
     doc = compare_runs(
