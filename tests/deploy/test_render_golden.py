@@ -1,6 +1,8 @@
-"""Golden-file tests: every built-in profile rendered as every target, compared exactly.
+"""Golden-file tests: every built-in profile rendered as every target it has, compared exactly.
 
-Set SERVEKIT_UPDATE_GOLDEN=1 to rewrite the files, then review the diff by eye.
+A profile spanning several nodes has golden files for the multi-node targets (k8s, script)
+only; the single-node targets refuse it. Set SERVEKIT_UPDATE_GOLDEN=1 to rewrite the files,
+then review the diff by eye.
 """
 
 from __future__ import annotations
@@ -11,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from servekit.deploy import TARGETS, render
-from servekit.errors import UsageError
-from servekit.profiles import load_profile
+from servekit.deploy._container import MULTI_NODE_TARGETS
+from servekit.errors import ConfigError, UsageError
+from servekit.profiles import Profile, load_profile
 from servekit.profiles.loader import BUILTIN_DIR
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
@@ -22,11 +25,30 @@ UPDATE = os.environ.get("SERVEKIT_UPDATE_GOLDEN") == "1"
 BUILTINS = sorted(path.stem for path in BUILTIN_DIR.glob("*.yaml"))
 
 
-@pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("profile_name", BUILTINS)
+def _builtin(profile_name: str) -> Profile:
+    """Load a built-in profile by its file path."""
+    return load_profile(str(BUILTIN_DIR / f"{profile_name}.yaml"))
+
+
+MULTI_NODE = {name for name in BUILTINS if _builtin(name).hardware.nodes > 1}
+RENDERED = [
+    (name, target)
+    for name in BUILTINS
+    for target in TARGETS
+    if name not in MULTI_NODE or target in MULTI_NODE_TARGETS
+]
+REFUSED = [
+    (name, target)
+    for name in sorted(MULTI_NODE)
+    for target in TARGETS
+    if (name, target) not in RENDERED
+]
+
+
+@pytest.mark.parametrize(("profile_name", "target"), RENDERED)
 def test_rendering_matches_golden_file(profile_name: str, target: str) -> None:
     """Each built-in profile renders byte-for-byte as its reviewed golden file."""
-    text = render(load_profile(str(BUILTIN_DIR / f"{profile_name}.yaml")), target)
+    text = render(_builtin(profile_name), target)
     golden = GOLDEN_DIR / f"{profile_name}.{target}.txt"
     if UPDATE:
         golden.write_text(text, encoding="utf-8")
@@ -34,9 +56,24 @@ def test_rendering_matches_golden_file(profile_name: str, target: str) -> None:
     assert text == golden.read_text(encoding="utf-8")
 
 
+@pytest.mark.parametrize(("profile_name", "target"), REFUSED)
+def test_multi_node_builtins_are_refused_by_single_node_targets(
+    profile_name: str, target: str
+) -> None:
+    """A multi-node built-in on vllm, docker or compose is a ConfigError naming the fix."""
+    with pytest.raises(ConfigError, match="use --target k8s"):
+        render(_builtin(profile_name), target)
+
+
+def test_a_multi_node_builtin_exists() -> None:
+    """The multi-node cases above are exercised by at least one built-in profile."""
+    assert MULTI_NODE
+    assert {target for _, target in REFUSED} == {"vllm", "docker", "compose"}
+
+
 def test_every_golden_file_belongs_to_a_profile_and_target() -> None:
-    """No stale golden files linger for removed profiles or targets."""
-    expected = {f"{name}.{target}.txt" for name in BUILTINS for target in TARGETS}
+    """No stale golden files linger for removed profiles or targets, or refused pairs."""
+    expected = {f"{name}.{target}.txt" for name, target in RENDERED}
     assert {path.name for path in GOLDEN_DIR.glob("*.txt")} <= expected
 
 

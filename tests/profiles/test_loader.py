@@ -15,6 +15,7 @@ BUILTINS = [
     "minimax-m3-mxfp8-8xa800-v0251-patched",
     "llama-3.1-70b-4xh100",
     "deepseek-v3-8xh200",
+    "minimax-m3-bf16-2x8xa800",
 ]
 
 

@@ -18,6 +18,9 @@ CONTAINER_PORT = 8000
 HEALTH_PATH = "/health"
 """vLLM's liveness endpoint: 200 when serving, 503 once the engine died."""
 
+MULTI_NODE_TARGETS = ("k8s", "script")
+"""Targets that can launch a profile spanning several nodes (LeaderWorkerSet, Ray script)."""
+
 _DNS_LABEL_MAX = 63
 
 
@@ -39,19 +42,28 @@ def resource_name(profile: Profile) -> str:
 
 
 def gpu_count(profile: Profile) -> int:
-    """Return the GPUs one engine container reserves.
+    """Return the GPUs one single-node engine container reserves.
 
     Raises:
         ConfigError: the profile spans several nodes, which one container cannot.
     """
-    hardware = profile.hardware
-    if hardware.nodes != 1:
-        raise ConfigError(
-            f"profile {profile.name} spans {hardware.nodes} nodes; the rendered targets "
-            "launch one engine on one node",
-            fix="set hardware.nodes to 1, or launch each node with its own profile",
-        )
-    return hardware.gpus_per_node
+    if profile.hardware.nodes != 1:
+        raise multi_node_error(profile, "this target")
+    return profile.hardware.gpus_per_node
+
+
+def multi_node_error(profile: Profile, target: str) -> ConfigError:
+    """Return the error for a multi-node profile given to a single-node target.
+
+    Args:
+        profile: a profile with `hardware.nodes > 1`.
+        target: how the message names the target, e.g. `--target docker`.
+    """
+    return ConfigError(
+        f"profile {profile.name} spans {profile.hardware.nodes} nodes, but {target} "
+        "launches one engine on one node",
+        fix="use --target k8s (LeaderWorkerSet) or --target script (Ray)",
+    )
 
 
 def published_port(profile: Profile) -> str:

@@ -18,6 +18,7 @@ FlagGroup = tuple[str, ...]
 """One flag and its value (`("--block-size", "128")`) or a bare flag (`("--enforce-eager",)`)."""
 
 _FLAG_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+_BACKEND_FLAG = "distributed-executor-backend"
 
 # Flags servekit writes itself: an extra_args entry with one of these names would either
 # duplicate a typed field or fight the port and address the rendered targets publish.
@@ -33,12 +34,14 @@ def vllm_serve_flags(profile: Profile) -> list[FlagGroup]:
     """Return the profile's `vllm serve` flags, grouped one flag with its value per group.
 
     Typed serve arguments come first in declaration order, then `extra_args` in the
-    order written, then `--speculative-config`. A typed argument is rendered only when
+    order written, then `--distributed-executor-backend ray` for a profile spanning
+    several nodes, then `--speculative-config`. A typed argument is rendered only when
     the profile set it (or it is required, like `max_model_len`), so vLLM's own
     defaults stay in charge of everything the profile did not decide.
 
     Raises:
-        ConfigError: an `extra_args` name is malformed or belongs to a typed field.
+        ConfigError: an `extra_args` name is malformed or belongs to a typed field, or
+            a multi-node profile's layout or executor backend cannot run over Ray.
     """
     args = profile.serve_args
     groups: list[FlagGroup] = []
@@ -54,6 +57,8 @@ def vllm_serve_flags(profile: Profile) -> list[FlagGroup]:
         name = _extra_flag_name(raw_name)
         if value is not None:
             groups.append(_flag_group(name, value))
+    if profile.hardware.nodes > 1:
+        groups += _multi_node_flags(profile)
     if profile.speculative is not None:
         config = profile.speculative.config.model_dump(mode="json", exclude_none=True)
         groups.append(("--speculative-config", _compact_json(config)))
@@ -89,6 +94,46 @@ def vllm_serve_command(profile: Profile) -> list[str]:
 def environment(profile: Profile) -> dict[str, str]:
     """Return the engine's environment variables (names are checked by the schema)."""
     return dict(profile.env)
+
+
+def _check_multi_node_layout(profile: Profile) -> None:
+    """Check a multi-node profile's parallel layout is the one servekit launches.
+
+    Tensor parallel stays inside a node (NVLink) and pipeline stages span the
+    nodes, so each pod or host holds `gpus_per_node` GPUs of one stage.
+
+    Raises:
+        ConfigError: tensor_parallel_size is not gpus_per_node, pipeline_parallel_size
+            is not nodes, or data_parallel_size is above 1.
+    """
+    hardware = profile.hardware
+    args = profile.serve_args
+    layout = (args.tensor_parallel_size, args.pipeline_parallel_size or 1)
+    if layout != (hardware.gpus_per_node, hardware.nodes) or (args.data_parallel_size or 1) > 1:
+        raise ConfigError(
+            f"profile {profile.name} spans {hardware.nodes} nodes x {hardware.gpus_per_node} "
+            f"GPUs with tensor_parallel_size {layout[0]}, pipeline_parallel_size {layout[1]} "
+            f"and data_parallel_size {args.data_parallel_size or 1}; multi-node launches "
+            "keep tensor parallel inside a node and put one pipeline stage on each node",
+            fix=f"set tensor_parallel_size {hardware.gpus_per_node}, pipeline_parallel_size "
+            f"{hardware.nodes} and no data_parallel_size",
+        )
+
+
+def _multi_node_flags(profile: Profile) -> list[FlagGroup]:
+    _check_multi_node_layout(profile)
+    extra = profile.serve_args.extra_args
+    written = {_extra_flag_name(raw): value for raw, value in extra.items()}.get(_BACKEND_FLAG)
+    if written is None:
+        return [(f"--{_BACKEND_FLAG}", "ray")]
+    if written != "ray":
+        raise ConfigError(
+            f"serve_args.extra_args sets {_BACKEND_FLAG} {written!r}, but profile "
+            f"{profile.name} spans {profile.hardware.nodes} nodes and is launched over Ray",
+            fix=f"remove {_BACKEND_FLAG} from extra_args; servekit renders "
+            f"--{_BACKEND_FLAG} ray for multi-node profiles",
+        )
+    return []  # already rendered from extra_args
 
 
 def _flag_group(name: str, value: object) -> FlagGroup:

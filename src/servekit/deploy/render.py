@@ -1,19 +1,19 @@
 """Render a profile as one launch artifact, chosen by target name (core).
 
-| target  | artifact                                                |
-|---------|---------------------------------------------------------|
-| vllm    | the `vllm serve` command for a shell prompt             |
-| docker  | a `docker run` command                                  |
-| compose | a docker compose file                                   |
-| k8s     | a Kubernetes Deployment and Service                     |
-| script  | a bash launch script                                    |
+| target  | one node (`hardware.nodes: 1`)              | several nodes                      |
+|---------|---------------------------------------------|------------------------------------|
+| vllm    | the `vllm serve` command for a shell prompt | refused                            |
+| docker  | a `docker run` command                      | refused                            |
+| compose | a docker compose file                       | refused                            |
+| k8s     | a Kubernetes Deployment and Service         | a LeaderWorkerSet and Service      |
+| script  | a bash launch script                        | a Ray launch script (head, worker) |
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from servekit.deploy._container import gpu_count
+from servekit.deploy._container import MULTI_NODE_TARGETS, multi_node_error
 from servekit.deploy.compose import render_compose
 from servekit.deploy.docker import render_docker_run
 from servekit.deploy.k8s import render_k8s
@@ -42,12 +42,15 @@ def render(profile: Profile, target: str) -> str:
 
     Raises:
         UsageError: the target is not one of `TARGETS`.
-        ConfigError: the profile cannot be rendered (multi-node, invalid names).
+        ConfigError: the profile cannot be rendered (multi-node on a single-node
+            target, a multi-node layout other than TP per node x PP across nodes,
+            invalid names).
     """
     renderer = _RENDERERS.get(target)
     if renderer is None:
         raise UsageError(
             f"unknown render target {target!r}", fix=f"use one of: {', '.join(TARGETS)}"
         )
-    gpu_count(profile)  # every target launches one node's engine; refuse multi-node alike
+    if profile.hardware.nodes > 1 and target not in MULTI_NODE_TARGETS:
+        raise multi_node_error(profile, f"--target {target}")
     return renderer(profile)

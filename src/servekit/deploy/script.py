@@ -1,16 +1,26 @@
-"""Host launch commands (core): the bare `vllm serve` command and a bash launch script.
+"""Host launch commands (core): the bare `vllm serve` command and bash launch scripts.
 
-Both run the engine as a process on the host, so both pass `--host` and `--port`
+All run the engine as a process on the host, so all pass `--host` and `--port`
 from the profile's deploy section: vLLM alone would listen on every interface,
 and `deploy.bind_host` exists to keep it on loopback unless the profile says so.
+A profile spanning several nodes gets a Ray launch script taking a role: `head`
+on one host, `worker HEAD_ADDRESS` on each of the others.
 """
 
 from __future__ import annotations
 
 from servekit.deploy import shell
 from servekit.deploy._container import header_lines
+from servekit.deploy._ray import (
+    RAY_PORT,
+    head_start_words,
+    join_ray_function,
+    wait_for_gpus_function,
+)
 from servekit.deploy.argv import environment, host_flags, vllm_serve_flags
 from servekit.profiles.schema import Profile
+
+_CASE_INDENT = "    "  # the body of a `case` branch in the Ray script
 
 
 def render_command(profile: Profile) -> str:
@@ -34,9 +44,72 @@ def render_script(profile: Profile) -> str:
     The script stops at the first failing command (`set -euo pipefail`), exports the
     profile's environment, and replaces itself with `vllm serve`, so signals from a
     supervisor reach the engine. Paths are as the engine sees them; the header says
-    where they live on the host when the profile mounts a model directory.
+    where they live on the host when the profile mounts a model directory. A profile
+    spanning several nodes gives `render_ray_script` instead.
+
+    Raises:
+        ConfigError: a multi-node profile's layout or flags cannot run over Ray.
     """
-    env = environment(profile)
+    if profile.hardware.nodes > 1:
+        return render_ray_script(profile)
+    lines = _preamble(profile, _notes(profile))
+    lines.append(shell.continued(_serve_lines(profile)))
+    return "\n".join(lines) + "\n"
+
+
+def render_ray_script(profile: Profile) -> str:
+    """Return a bash script that launches one node of a multi-node engine over Ray.
+
+    `SCRIPT head` starts the Ray head, waits until `nodes x gpus_per_node` GPUs have
+    joined (at most `deploy.startup_timeout_s`), then replaces itself with
+    `vllm serve` using the Ray executor. `SCRIPT worker HEAD_ADDRESS` joins the head
+    and blocks. Any other arguments print the usage and exit 2.
+
+    Raises:
+        ConfigError: the profile's layout or flags cannot run over Ray.
+    """
+    hardware = profile.hardware
+    want_gpus = hardware.nodes * hardware.gpus_per_node
+    others = "the other host" if hardware.nodes == 2 else f"each of the {hardware.nodes - 1} others"
+    notes = [
+        *_notes(profile),
+        f"Multi-node over Ray: {hardware.nodes} hosts x {hardware.gpus_per_node} GPUs. Run "
+        f"`SCRIPT head` on one host, then `SCRIPT worker HEAD_ADDRESS` on {others}; "
+        f"workers reach the head on port {RAY_PORT}.",
+    ]
+    # Indent whole lines only: a quoted value may itself span lines.
+    serve = [_CASE_INDENT + line for line in _serve_lines(profile)]
+    lines = [
+        *_preamble(profile, notes),
+        "usage() {",
+        '  echo "usage: $0 head | $0 worker HEAD_ADDRESS" >&2',
+        "  exit 2",
+        "}",
+        "",
+        *wait_for_gpus_function(profile),
+        "",
+        *join_ray_function(profile),
+        "",
+        'case "${1-}" in',
+        "  head)",
+        "    [[ $# -eq 1 ]] || usage",
+        f"    {shell.quote_words(head_start_words())}",
+        f"    wait_for_gpus {want_gpus}",
+        shell.continued(serve),
+        "    ;;",
+        "  worker)",
+        "    [[ $# -eq 2 && -n $2 ]] || usage",
+        '    join_ray "$2"',
+        "    ;;",
+        "  *)",
+        "    usage",
+        "    ;;",
+        "esac",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _notes(profile: Profile) -> list[str]:
     notes = header_lines(profile)
     deploy = profile.deploy
     if deploy.host_model_dir is not None:
@@ -44,18 +117,21 @@ def render_script(profile: Profile) -> str:
             f"Model paths are as the engine container sees them: {deploy.container_model_dir} "
             f"is {deploy.host_model_dir} on the host."
         )
-    lines = [
-        "#!/usr/bin/env bash",
-        *shell.comments(notes),
-        "set -euo pipefail",
-        "",
-    ]
+    return notes
+
+
+def _preamble(profile: Profile, notes: list[str]) -> list[str]:
+    """Return the shebang, header comments, strict mode and the profile's exports."""
+    lines = ["#!/usr/bin/env bash", *shell.comments(notes), "set -euo pipefail", ""]
+    env = environment(profile)
     if env:
         lines += [f"export {shell.assignment(name, value)}" for name, value in env.items()]
         lines.append("")
-    command = shell.command_lines(
+    return lines
+
+
+def _serve_lines(profile: Profile) -> list[str]:
+    return shell.command_lines(
         ["exec", "vllm", "serve", profile.model.path],
         [*host_flags(profile), *vllm_serve_flags(profile)],
     )
-    lines.append(shell.continued(command))
-    return "\n".join(lines) + "\n"
