@@ -126,10 +126,15 @@ class HardwareSection(_Strict):
 
 
 class Patch(_Strict):
-    """A source patch applied to the engine image before use."""
+    """A source patch applied to the engine image before use (`servekit image build`)."""
 
-    name: str
-    url: str
+    name: str = Field(description="short file-safe name; labels the image and names its file")
+    url: str = Field(
+        description="where the unified diff is: an http(s) URL (downloaded at build time, "
+        "e.g. https://github.com/vllm-project/vllm/pull/49149.diff), a file:// URL or a "
+        "local file path (relative paths are resolved against the current directory); "
+        "only its files under vllm/ are applied to the installed package"
+    )
     description: str = ""
 
 
