@@ -72,7 +72,8 @@ def test_older_single_gpu_log_reads_two_line_capacity() -> None:
 
 
 def test_crash_log_lists_every_failure_line_in_order() -> None:
-    """A mid-serving crash reports each illegal-access, fatal and died line, in order."""
+    """A mid-serving crash reports each illegal-access, fatal, died and EngineDeadError line,
+    in order."""
     text = _log("crash_illegal_memory_access.log")
     figures = parse_startup_log(text)
     assert _kinds(figures) == [
@@ -80,6 +81,7 @@ def test_crash_log_lists_every_failure_line_in_order() -> None:
         "engine_fatal",
         "illegal_memory_access",
         "worker_died",
+        "engine_dead",
         "worker_died",
     ]
     lines = text.split("\n")
@@ -334,11 +336,12 @@ def test_each_failure_kind(line: str, kind: str) -> None:
 
 
 def test_every_failure_kind_is_covered() -> None:
-    """FAILURE_KINDS names exactly the seven documented kinds."""
+    """FAILURE_KINDS names exactly the eight documented kinds."""
     assert set(FAILURE_KINDS) == {
         "illegal_memory_access",
         "engine_fatal",
         "worker_died",
+        "engine_dead",
         "cuda_oom",
         "max_len_too_long",
         "no_kv_memory",

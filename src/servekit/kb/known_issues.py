@@ -17,7 +17,15 @@ from typing import Literal
 import yaml
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from servekit.errors import ConfigError
 
@@ -29,6 +37,9 @@ Behaviour = Literal[
     "reasoning_field_missing",
     "slower_than_expected",
 ]
+
+Severity = Literal["error", "warning", "info"]
+"""How much a finding matters: error blocks a launch, warning needs a look, info is a fact."""
 
 
 class Symptoms(BaseModel):
@@ -46,6 +57,49 @@ class Symptoms(BaseModel):
         return value
 
 
+class Fix(BaseModel):
+    """How to get rid of an issue: a summary, and whichever concrete remedies apply."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    summary: str
+    upgrade: str | None = None
+    patch: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    flags: tuple[str, ...] = ()
+
+
+class Condition(BaseModel):
+    """One fact about a profile: a serve argument, env variable, speculative key or patch.
+
+    Exactly one of `serve_arg`, `env`, `speculative`, `patch` is set. With `equals` the
+    setting must have that value; without it, the setting must be present (not null).
+    `patch` holds when a profile patch's name or URL contains the text.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    serve_arg: str | None = None
+    env: str | None = None
+    speculative: str | None = None
+    patch: str | None = None
+    equals: JsonValue = None
+
+    @model_validator(mode="after")
+    def _exactly_one_subject(self) -> Condition:
+        named = [self.serve_arg, self.env, self.speculative, self.patch]
+        if sum(x is not None for x in named) != 1:
+            raise ValueError("a condition names exactly one of serve_arg, env, speculative, patch")
+        return self
+
+
+class DoctorRule(BaseModel):
+    """How `servekit doctor` judges a profile the issue's ranges cover."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    severity: Severity
+    when: tuple[Condition, ...] = ()
+    mitigated_by: tuple[Condition, ...] = ()
+
+
 class KnownIssue(BaseModel):
     """One known issue with its symptoms and fix."""
 
@@ -54,10 +108,13 @@ class KnownIssue(BaseModel):
     title: str
     engine_versions: str
     fixed_in: str
+    possibly_fixed_from: str | None = None
     compute_capabilities: tuple[str, ...] = ()
     models: tuple[str, ...] = ()
+    quantizations: tuple[str, ...] = ()
     symptoms: Symptoms
-    fix: str
+    fix: Fix
+    doctor: DoctorRule | None = None
     references: tuple[str, ...] = ()
 
     @field_validator("engine_versions")
@@ -69,14 +126,45 @@ class KnownIssue(BaseModel):
             raise ValueError(f"{value!r} is not a version range like '>=0.24.0'") from None
         return value
 
+    @field_validator("possibly_fixed_from")
+    @classmethod
+    def _version(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                Version(value)
+            except InvalidVersion:
+                raise ValueError(f"{value!r} is not a version like '0.26.0'") from None
+        return value
+
+    @field_validator("models")
+    @classmethod
+    def _models_compile(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for pattern in value:
+            re.compile(pattern)
+        return value
+
+    def possibly_fixed(self, version: str | None) -> bool:
+        """Whether `version` is at or past the claimed (unproven) fix."""
+        if version is None or self.possibly_fixed_from is None:
+            return False
+        try:
+            return Version(version) >= Version(self.possibly_fixed_from)
+        except InvalidVersion:
+            return False
+
     def affects(
         self,
         *,
         version: str | None = None,
         compute_capability: str | None = None,
         model: str | None = None,
+        quantization: str | None = None,
     ) -> bool:
-        """Whether a deployment falls in this issue's ranges (an unknown fact never excludes)."""
+        """Whether a deployment falls in this issue's ranges (an unknown fact never excludes).
+
+        `model` may hold several names separated by newlines (path, served name,
+        architecture); any one matching a model pattern is enough.
+        """
         if version is not None:
             try:
                 if Version(version) not in SpecifierSet(self.engine_versions):
@@ -86,29 +174,56 @@ class KnownIssue(BaseModel):
         caps = self.compute_capabilities
         if compute_capability and caps and compute_capability not in caps:
             return False
+        quants = self.quantizations
+        if quantization and quants and quantization.lower() not in quants:
+            return False
         if model and self.models:
             return any(re.search(p, model) for p in self.models)
         return True
 
 
-class _Base(BaseModel):
+class KnowledgeBase(BaseModel):
+    """The whole data file: its version and its entries (ids unique)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
-    version: int
+    version: int = Field(gt=0)
     issues: tuple[KnownIssue, ...]
+
+    @field_validator("issues")
+    @classmethod
+    def _unique_ids(cls, value: tuple[KnownIssue, ...]) -> tuple[KnownIssue, ...]:
+        seen: set[str] = set()
+        for issue in value:
+            if issue.id in seen:
+                raise ValueError(f"known issue id {issue.id!r} appears twice")
+            seen.add(issue.id)
+        return value
 
 
 @cache
-def known_issues() -> tuple[KnownIssue, ...]:
-    """Every entry of the built-in knowledge base.
+def knowledge_base() -> KnowledgeBase:
+    """The built-in knowledge base, validated.
 
     Raises:
         ConfigError: the data file is malformed (a packaging bug).
     """
     text = resources.files("servekit.kb").joinpath("known_issues.yaml").read_text("utf-8")
     try:
-        return _Base.model_validate(yaml.safe_load(text)).issues
+        return KnowledgeBase.model_validate(yaml.safe_load(text))
     except ValidationError as exc:
         raise ConfigError(f"servekit's known_issues.yaml is invalid: {exc}") from None
+
+
+def known_issues() -> tuple[KnownIssue, ...]:
+    """Every entry of the built-in knowledge base.
+
+    Raises:
+        ConfigError: the data file is malformed (a packaging bug).
+    """
+    return knowledge_base().issues
+
+
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,22 +241,30 @@ def match_log_lines(
     version: str | None = None,
     compute_capability: str | None = None,
     model: str | None = None,
-    max_lines: int = 3,
+    quantization: str | None = None,
+    max_lines: int | None = 3,
 ) -> list[LogMatch]:
     """Issues whose log patterns match `lines` (and, when given, that show `behaviour` and
-    whose ranges cover the deployment), with up to `max_lines` matching lines each."""
+    whose ranges cover the deployment), with up to `max_lines` matching lines each (all
+    of them when None)."""
     found = []
     for issue in known_issues():
         if behaviour is not None and behaviour not in issue.symptoms.behaviours:
             continue
-        if not issue.affects(version=version, compute_capability=compute_capability, model=model):
+        covered = issue.affects(
+            version=version,
+            compute_capability=compute_capability,
+            model=model,
+            quantization=quantization,
+        )
+        if not covered:
             continue
         patterns = [re.compile(p) for p in issue.symptoms.log_patterns]
         hits = [
-            (number, line.strip())
+            (number, _ANSI.sub("", line).strip())
             for number, line in enumerate(lines, start=1)
             if any(p.search(line) for p in patterns)
         ]
         if hits:
-            found.append(LogMatch(issue, tuple(hits[:max_lines])))
+            found.append(LogMatch(issue, tuple(hits if max_lines is None else hits[:max_lines])))
     return found

@@ -64,6 +64,11 @@ _VERSION_RES = (
     re.compile(rf"Starting vLLM API server\b.{{0,200}}?\bversion {_VERSION}"),
     re.compile(rf"Initializing an? (?:V1 )?LLM engine \({_VERSION}\)"),
 )
+_ARCHITECTURE_RE = re.compile(r"Resolved architecture: ([A-Za-z0-9_]+)")
+_MODEL_RES = (
+    re.compile(r"LLM engine \(v[^)]*\) with config: model='([^']+)'"),
+    re.compile(r"non-default args: \{.*?'model': '([^']+)'"),
+)
 _MAX_LEN_RE = re.compile(
     rf"To serve at least one request with the model\S* max seq len(?: \(({_INT})\))?",
 )
@@ -79,6 +84,7 @@ _FAILURE_RES: tuple[tuple[str, re.Pattern[str]], ...] = (
         "worker_died",
         re.compile(r"\b(?:Worker|Engine core) proc\b.{0,200}?\bdied unexpectedly"),
     ),
+    ("engine_dead", re.compile(r"\bEngineDeadError\b")),
     ("cuda_oom", re.compile(r"CUDA out of memory|torch(?:\.cuda)?\.OutOfMemoryError")),
     ("max_len_too_long", _MAX_LEN_RE),
     ("no_kv_memory", re.compile(r"No available memory for the cache blocks")),
@@ -146,6 +152,8 @@ class StartupFigures:
         max_len_shortfall: the first max-seq-len failure's figures.
         failures: every failure signature, in line order.
         vllm_version: the vLLM version the log reports.
+        model: the model path or name the engine loaded.
+        architecture: the model class vLLM resolved, e.g. `MiniMaxM3ForCausalLM`.
     """
 
     weights_gib: float | None = None
@@ -164,6 +172,8 @@ class StartupFigures:
     max_len_shortfall: MaxLenShortfall | None = None
     failures: tuple[LogFailure, ...] = ()
     vllm_version: str | None = None
+    model: str | None = None
+    architecture: str | None = None
 
     @property
     def found_any(self) -> bool:
@@ -193,6 +203,8 @@ class _Scan:
     max_len_shortfall: MaxLenShortfall | None = None
     failures: list[LogFailure] = field(default_factory=list)
     vllm_version: str | None = None
+    model: str | None = None
+    architecture: str | None = None
 
 
 def parse_startup_log(text: str) -> StartupFigures:
@@ -230,6 +242,8 @@ def parse_startup_log(text: str) -> StartupFigures:
         max_len_shortfall=scan.max_len_shortfall,
         failures=tuple(scan.failures),
         vllm_version=scan.vllm_version,
+        model=scan.model,
+        architecture=scan.architecture,
     )
 
 
@@ -301,6 +315,13 @@ def _scan_figures(scan: _Scan, line: str) -> None:
         for version_re in _VERSION_RES:
             if m := version_re.search(line):
                 scan.vllm_version = m.group(1).rstrip(".-+")
+                break
+    if scan.architecture is None and (m := _ARCHITECTURE_RE.search(line)):
+        scan.architecture = m.group(1)
+    if scan.model is None:
+        for model_re in _MODEL_RES:
+            if m := model_re.search(line):
+                scan.model = m.group(1)
                 break
     if scan.max_len_estimate is None and (m := _MAX_LEN_ESTIMATE_RE.search(line)):
         scan.max_len_estimate = _to_int(m.group(1))

@@ -123,7 +123,7 @@ def _known(ctx: Context, behaviour: Behaviour) -> tuple[str, list[dict[str, Any]
         for match in match_log_lines(lines, behaviour=behaviour, model=ctx.model or None):
             quote = "; ".join(f"{log.name}:{n}: {text[:160]}" for n, text in match.lines)
             notes.append(f"log: {quote}; known issue {match.issue.id} ({match.issue.title}); "
-                         f"fix: {match.issue.fix}")  # fmt: skip
+                         f"fix: {match.issue.fix.summary}")  # fmt: skip
             found.append({"id": match.issue.id, "log_lines": [list(x) for x in match.lines]})
     if not found:
         for issue in known_issues():
@@ -131,7 +131,7 @@ def _known(ctx: Context, behaviour: Behaviour) -> tuple[str, list[dict[str, Any]
             shows = behaviour in issue.symptoms.behaviours and bool(issue.models)
             if shows and issue.affects(model=ctx.model or None):
                 notes.append(f"consistent with known issue {issue.id} ({issue.title}); "
-                             f"fix: {issue.fix}")  # fmt: skip
+                             f"fix: {issue.fix.summary}")  # fmt: skip
                 found.append({"id": issue.id, "log_lines": []})
     return ("; " + " | ".join(notes)) if notes else "", found
 

@@ -1,0 +1,10 @@
+"""Doctor test helpers: the fake NVML module is importable as `fake_nvml`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
