@@ -1,0 +1,75 @@
+"""`servekit down` and `servekit status` (shell): act on exactly what `servekit up` started."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.markup import escape
+
+from servekit.cli._engine import known_engine, state_dir_option
+from servekit.cli._output import (
+    emit_json,
+    handles_errors,
+    json_option,
+    profiles_dir_option,
+    stdout_console,
+)
+from servekit.deploy.launch import engine_status, stop
+from servekit.deploy.state import remove_state
+from servekit.deploy.state import state_dir as default_state_dir
+
+
+@click.command("down")
+@click.argument("profile")
+@click.option("--grace", type=click.FloatRange(min=0), default=30.0, show_default=True,
+              help="Seconds to wait after SIGTERM (docker stop -t) before killing.")  # fmt: skip
+@state_dir_option
+@profiles_dir_option
+@json_option
+@handles_errors
+def down_command(
+    profile: str, grace: float, state_dir: Path | None, profiles_dirs: tuple[str, ...],
+    as_json: bool,
+) -> None:  # fmt: skip
+    """Stop exactly the engine `servekit up PROFILE` started (process group or container)."""
+    directory = state_dir or default_state_dir(None)
+    name, state = known_engine(directory, profile, profiles_dirs)
+    done = stop(state, grace_s=grace)
+    remove_state(directory, name)
+    if as_json:
+        emit_json({"profile": name, "stopped": True, "detail": done})
+    else:
+        stdout_console().print(f"{escape(name)}: {escape(done)}")
+
+
+@click.command("status")
+@click.argument("profile")
+@state_dir_option
+@profiles_dir_option
+@json_option
+@handles_errors
+def status_command(
+    profile: str, state_dir: Path | None, profiles_dirs: tuple[str, ...], as_json: bool
+) -> None:
+    """Report whether PROFILE's engine runs, its /health, the served model and uptime.
+
+    Exit 0 when it runs and /health answers 200, 3 otherwise.
+    """
+    name, state = known_engine(state_dir or default_state_dir(None), profile, profiles_dirs)
+    status = engine_status(state)
+    if as_json:
+        emit_json(status)
+    else:
+        console = stdout_console()
+        verdict = "[bold green]healthy[/]" if status["healthy"] else "[bold red]not healthy[/]"
+        code = status["health"] or "down"
+        console.print(f"{escape(name)}: {verdict} ({escape(status['detail'])}, /health {code})")
+        if status["served_model"] is not None:
+            console.print(f"  serving {escape(str(status['served_model']))}, "
+                          f"max_model_len {status['max_model_len']}")  # fmt: skip
+        minutes, seconds = divmod(int(status["uptime_s"]), 60)
+        console.print(f"  {state.url}, up {minutes // 60}h{minutes % 60:02d}m{seconds:02d}s, "
+                      f"log {escape(state.log_path)}")  # fmt: skip
+    if not status["healthy"]:
+        raise SystemExit(3)

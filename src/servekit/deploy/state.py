@@ -1,0 +1,130 @@
+"""What `servekit up` started, on disk (shell): one JSON state file per profile.
+
+The state file lets `down`, `status` and `logs` act on exactly what `up` started: a
+process (by pid, checked against the process's start time so a recycled pid is never
+signalled) or a container (by id). It holds no secrets: the environment is recorded
+by variable name only. Files live in `$SERVEKIT_STATE_DIR`, else
+`$XDG_STATE_HOME/servekit`, else `~/.local/state/servekit`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from servekit.errors import ConfigError
+
+STATE_ENV = "SERVEKIT_STATE_DIR"
+
+
+class EngineState(BaseModel):
+    """One launched engine.
+
+    Attributes:
+        profile: the profile's name.
+        runtime: "process" or "docker".
+        url: where the engine's API answers.
+        started_at: Unix time `up` started it.
+        log_path: the engine log (for docker, a copy `up` followed while waiting).
+        argv: the command that was run.
+        env_names: the environment variables set from the profile (names only).
+        pid: the process group leader (process runtime).
+        pid_start: its start time in clock ticks since boot, from /proc (identity check).
+        container: the container name (docker runtime).
+        container_id: the container id docker printed.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    profile: str
+    runtime: Literal["process", "docker"]
+    url: str
+    started_at: float
+    log_path: str
+    argv: list[str]
+    env_names: list[str] = []
+    pid: int | None = None
+    pid_start: int | None = None
+    container: str | None = None
+    container_id: str | None = None
+
+    def uptime_s(self, now: float | None = None) -> float:
+        """Seconds since `up` started the engine."""
+        return (time.time() if now is None else now) - self.started_at
+
+
+def state_dir(explicit: Path | None = None) -> Path:
+    """The directory state files and engine logs live in (not created here)."""
+    if explicit is not None:
+        return explicit
+    if os.environ.get(STATE_ENV):
+        return Path(os.environ[STATE_ENV])
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "servekit"
+
+
+def state_path(directory: Path, profile: str) -> Path:
+    """The state file of one profile (profile names are safe file names by schema)."""
+    return directory / f"{profile}.json"
+
+
+def log_path(directory: Path, profile: str) -> Path:
+    """The engine log file of one profile."""
+    return directory / f"{profile}.log"
+
+
+def write_state(directory: Path, state: EngineState) -> Path:
+    """Write the state file atomically (a reader never sees half a file)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = state_path(directory, state.profile)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(state.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def read_state(directory: Path, profile: str) -> EngineState | None:
+    """The state of one profile's engine, or None when `up` has not started one.
+
+    Raises:
+        ConfigError: the file exists but is not a servekit state file.
+    """
+    path = state_path(directory, profile)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    try:
+        return EngineState.model_validate_json(text)
+    except ValidationError as exc:
+        raise ConfigError(
+            f"{path} is not a servekit state file ({exc.error_count()} problem(s))",
+            fix=f"check what runs, stop it by hand, then delete {path}",
+        ) from None
+
+
+def remove_state(directory: Path, profile: str) -> None:
+    """Forget an engine (its log stays)."""
+    state_path(directory, profile).unlink(missing_ok=True)
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """A process's start time (clock ticks since boot), or None when it is gone or a zombie.
+
+    Field 22 of /proc/PID/stat; the command name (field 2) may hold spaces and
+    parentheses, so fields are counted after its closing parenthesis.
+    """
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    rest = text[text.rfind(")") + 2 :].split()
+    if not rest or rest[0] in ("Z", "X"):
+        return None
+    try:
+        return int(rest[19])
+    except (IndexError, ValueError):
+        return None

@@ -1,0 +1,163 @@
+"""`servekit up/status/logs/down` with the process runtime, against a fake `vllm` on PATH.
+
+The fake replays a real vLLM CPU startup log, forks an "engine core" child into its
+process group and serves /health on loopback, so readiness, stage display, the state
+file and stopping the whole group are all exercised for real; the real engine is in
+tests/engine/test_engine_launch.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+from sandbox import LaunchEnv, group_members
+
+from servekit.deploy.state import read_state
+
+pytestmark = pytest.mark.integration
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _up(env: LaunchEnv, name: str, *extra: str) -> object:
+    return env.servekit("up", name, "--profiles-dir", str(env.profiles_dir),
+                        "--launcher", "vllm", *extra)  # fmt: skip
+
+
+def test_up_status_logs_down_leave_nothing_behind(launch_env: LaunchEnv) -> None:
+    """up follows the stages to ready and prints capacity; status is healthy; logs shows
+    the log; down stops the whole process group and forgets the state."""
+    name = launch_env.profile("fake-engine", _free_port(), block_size=16)
+    up = launch_env.servekit("up", name, "--profiles-dir", str(launch_env.profiles_dir),
+                             "--launcher", "vllm")  # fmt: skip
+    state = read_state(launch_env.state_dir, name)
+    assert state is not None
+    assert state.pid is not None
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        out = up.stdout
+        assert out.index("loading weights") < out.index("profiling memory")
+        assert out.index("profiling memory") < out.index("sizing the KV cache")
+        assert out.index("sizing the KV cache") < out.index("API server up")
+        assert "ready in" in out
+        assert "serving fake-model" in out
+        assert "KV capacity: 262,144 tokens, max concurrency 128.00x at 2,048 tokens" in out
+        argv = json.loads((launch_env.root / "vllm-argv.json").read_text())
+        assert argv[:2] == ["serve", str(launch_env.root / "model")]
+        assert argv[argv.index("--block-size") + 1] == "16"
+        assert state.argv[0] == "vllm"
+        assert state.env_names == ["FAKE_VLLM_ARGV"]
+        assert len(group_members(state.pid)) >= 2  # the server and its "engine core"
+
+        status = launch_env.servekit("status", name, "--json")
+        assert status.returncode == 0, status.stderr
+        document = json.loads(status.stdout)
+        assert document["running"] is True
+        assert document["health"] == 200
+        assert document["served_model"] == "fake-model"
+        assert document["max_model_len"] == 2048
+        assert document["uptime_s"] >= 0
+
+        logs = launch_env.servekit("logs", name, "--tail", "2")
+        assert logs.returncode == 0
+        assert logs.stdout.strip().endswith("Application startup complete.")
+        assert len(logs.stdout.strip().splitlines()) == 2
+        full = launch_env.servekit("logs", "show", name)
+        assert "Loading weights took" in full.stdout
+    finally:
+        down = launch_env.servekit("down", name)
+    assert down.returncode == 0, down.stderr
+    assert f"stopped process group {state.pid}" in down.stdout
+    assert group_members(state.pid) == []
+    assert read_state(launch_env.state_dir, name) is None
+    after = launch_env.servekit("status", name)
+    assert after.returncode == 1
+    assert "no engine started by servekit up" in after.stderr
+
+
+def test_up_refuses_a_second_start_and_down_escalates_to_sigkill(launch_env: LaunchEnv) -> None:
+    """A running engine is not started twice; one that ignores SIGTERM is killed after the
+    grace period."""
+    name = launch_env.profile("stubborn", _free_port())
+    launch_env.env["FAKE_VLLM_MODE"] = "stubborn"
+    first = _up(launch_env, name)
+    state = read_state(launch_env.state_dir, name)
+    assert state is not None
+    assert state.pid is not None
+    try:
+        assert first.returncode == 0, first.stderr  # type: ignore[attr-defined]
+        again = _up(launch_env, name)
+        assert again.returncode == 1  # type: ignore[attr-defined]
+        assert "already running" in again.stderr  # type: ignore[attr-defined]
+    finally:
+        down = launch_env.servekit("down", name, "--grace", "1")
+    assert down.returncode == 0, down.stderr
+    assert "SIGKILL" in down.stdout
+    assert group_members(state.pid) == []
+
+
+def test_engine_that_crashes_during_startup_is_reported_with_its_known_issue(
+    launch_env: LaunchEnv,
+) -> None:
+    """The engine exits: up fails with the exit, the stage, the log's failures and the
+    matching known issue; nothing is left to stop."""
+    name = launch_env.profile("crasher", _free_port())
+    launch_env.env["FAKE_VLLM_MODE"] = "crash"
+    up = _up(launch_env, name)
+    assert up.returncode == 1  # type: ignore[attr-defined]
+    assert "did not become ready: process" in up.stderr  # type: ignore[attr-defined]
+    assert "known issue m3-topk-layout-triton" in up.stdout  # type: ignore[attr-defined]
+    assert read_state(launch_env.state_dir, name) is None
+
+
+def test_no_wait_returns_at_once_and_a_stale_state_is_replaced(launch_env: LaunchEnv) -> None:
+    """--no-wait records the start and returns; status then reports; a state whose process
+    is gone does not block the next up."""
+    name = launch_env.profile("nowait", _free_port())
+    up = _up(launch_env, name, "--no-wait", "--json")
+    assert up.returncode == 0  # type: ignore[attr-defined]
+    started = json.loads(up.stdout)  # type: ignore[attr-defined]
+    assert started["runtime"] == "process"
+    assert started["pid"] > 0
+    try:
+        deadline = time.monotonic() + 30
+        while launch_env.servekit("status", name).returncode != 0:
+            assert time.monotonic() < deadline, "never became healthy"
+            time.sleep(0.5)
+    finally:
+        assert launch_env.servekit("down", name).returncode == 0
+    stale = started | {"pid": 2**22 - 1, "pid_start": 1}
+    launch_env.state_dir.joinpath(f"{name}.json").write_text(json.dumps(stale))
+    status = launch_env.servekit("status", name)
+    assert status.returncode == 3
+    assert "not healthy" in status.stdout
+    again = _up(launch_env, name)
+    try:
+        assert again.returncode == 0, again.stderr  # type: ignore[attr-defined]
+    finally:
+        launch_env.servekit("down", name)
+
+
+def test_state_file_holds_no_environment_values(launch_env: LaunchEnv) -> None:
+    """Env values (tokens, keys) never reach the state file: names only."""
+    name = launch_env.profile("secret", _free_port())
+    path = launch_env.profiles_dir / f"{name}.yaml"
+    path.write_text(path.read_text().replace("env:\n", "env:\n  HF_TOKEN: hf_supersecret\n"))
+    up = _up(launch_env, name, "--no-wait")
+    try:
+        assert up.returncode == 0  # type: ignore[attr-defined]
+        text = (launch_env.state_dir / f"{name}.json").read_text()
+        assert "hf_supersecret" not in text
+        assert "HF_TOKEN" in text
+    finally:
+        launch_env.servekit("down", name)
+    assert os.environ.get("FAKE_VLLM_MODE") is None
