@@ -11,6 +11,8 @@ from pathlib import Path
 
 import yaml
 
+from servekit.deploy.state import group_alive
+
 HERE = Path(__file__).parent
 
 
@@ -71,18 +73,7 @@ def make_launch_env(tmp_path: Path) -> LaunchEnv:
 
 def group_members(pgid: int) -> list[int]:
     """Live (non-zombie) processes of a process group."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            text = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = text[text.rfind(")") + 2 :].split()
-        if fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
-            members.append(int(entry.name))
-    return members
+    return group_alive(pgid)
 
 
 GroupMembers = Callable[[int], list[int]]

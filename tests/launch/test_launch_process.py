@@ -135,7 +135,7 @@ def test_no_wait_returns_at_once_and_a_stale_state_is_replaced(launch_env: Launc
             time.sleep(0.5)
     finally:
         assert launch_env.servekit("down", name).returncode == 0
-    stale = started | {"pid": 2**22 - 1, "pid_start": 1}
+    stale = started | {"pid": 2**22 - 1, "pid_started_at": 1.0}
     launch_env.state_dir.joinpath(f"{name}.json").write_text(json.dumps(stale))
     status = launch_env.servekit("status", name)
     assert status.returncode == 3

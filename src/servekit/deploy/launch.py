@@ -36,8 +36,9 @@ from servekit.deploy.docker import docker_run_options
 from servekit.deploy.stages import STAGE_LABELS, StageTracker
 from servekit.deploy.state import (
     EngineState,
+    group_alive,
     log_path,
-    process_start_ticks,
+    process_started_at,
     read_state,
     remove_state,
     write_state,
@@ -134,7 +135,7 @@ def start_process(profile: Profile, argv: list[str], directory: Path) -> EngineS
         argv=argv,
         env_names=sorted(profile.env),
         pid=proc.pid,
-        pid_start=process_start_ticks(proc.pid),
+        pid_started_at=process_started_at(proc.pid),
     )
 
 
@@ -328,10 +329,10 @@ def liveness(state: EngineState) -> Liveness:
     if state.runtime == "process":
         if state.pid is None:
             return Liveness(False, detail="no pid recorded")
-        start = process_start_ticks(state.pid)
-        if start is None:
+        started = process_started_at(state.pid)
+        if started is None:
             return Liveness(False, detail=f"process {state.pid} has exited")
-        if state.pid_start is not None and start != state.pid_start:
+        if state.pid_started_at is not None and started != state.pid_started_at:
             return Liveness(False, detail=f"pid {state.pid} now belongs to another process")
         return Liveness(True, detail=f"pid {state.pid}")
     result = _docker(
@@ -468,15 +469,15 @@ def stop(state: EngineState, *, grace_s: float = 30.0) -> str:
         return f"process {state.pid} had already exited"
     _kill_group(state.pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and _group_alive(state.pid):
+    while time.monotonic() < deadline and bool(group_alive(state.pid)):
         time.sleep(0.2)
-    forced = _group_alive(state.pid)
+    forced = bool(group_alive(state.pid))
     if forced:
         _kill_group(state.pid, signal.SIGKILL)
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and _group_alive(state.pid):
+        while time.monotonic() < deadline and bool(group_alive(state.pid)):
             time.sleep(0.2)
-        if _group_alive(state.pid):
+        if bool(group_alive(state.pid)):
             raise LaunchError(f"process group {state.pid} survived SIGKILL",
                               fix=f"inspect it: ps -g {state.pid}")  # fmt: skip
     how = "killed (SIGKILL after the grace period)" if forced else "stopped"
@@ -486,18 +487,3 @@ def stop(state: EngineState, *, grace_s: float = 30.0) -> str:
 def _kill_group(pgid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-
-
-def _group_alive(pgid: int) -> bool:
-    """Whether any non-zombie process of the group is left."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            text = (entry / "stat").read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            continue
-        fields = text[text.rfind(")") + 2 :].split()
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
-            return True
-    return False

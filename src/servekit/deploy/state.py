@@ -1,9 +1,9 @@
 """What `servekit up` started, on disk (shell): one JSON state file per profile.
 
 The state file lets `down`, `status` and `logs` act on exactly what `up` started: a
-process (by pid, checked against the process's start time so a recycled pid is never
-signalled) or a container (by id). It holds no secrets: the environment is recorded
-by variable name only. Files live in `$SERVEKIT_STATE_DIR`, else
+process group (by its leader's pid, checked against the leader's creation time so a
+recycled pid is never signalled) or a container (by id). It holds no secrets: the
+environment is recorded by variable name only. Files live in `$SERVEKIT_STATE_DIR`, else
 `$XDG_STATE_HOME/servekit`, else `~/.local/state/servekit`.
 """
 
@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Literal
 
+import psutil
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from servekit.errors import ConfigError
@@ -33,7 +34,7 @@ class EngineState(BaseModel):
         argv: the command that was run.
         env_names: the environment variables set from the profile (names only).
         pid: the process group leader (process runtime).
-        pid_start: its start time in clock ticks since boot, from /proc (identity check).
+        pid_started_at: its creation time (Unix seconds, psutil), the identity check.
         container: the container name (docker runtime).
         container_id: the container id docker printed.
     """
@@ -47,7 +48,7 @@ class EngineState(BaseModel):
     argv: list[str]
     env_names: list[str] = []
     pid: int | None = None
-    pid_start: int | None = None
+    pid_started_at: float | None = None
     container: str | None = None
     container_id: str | None = None
 
@@ -111,20 +112,27 @@ def remove_state(directory: Path, profile: str) -> None:
     state_path(directory, profile).unlink(missing_ok=True)
 
 
-def process_start_ticks(pid: int) -> int | None:
-    """A process's start time (clock ticks since boot), or None when it is gone or a zombie.
+def process_started_at(pid: int) -> float | None:
+    """A process's creation time (Unix seconds), or None when it is gone or a zombie."""
+    try:
+        process = psutil.Process(pid)
+        if process.status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
+            return None
+        return float(process.create_time())
+    except psutil.Error:
+        return None
 
-    Field 22 of /proc/PID/stat; the command name (field 2) may hold spaces and
-    parentheses, so fields are counted after its closing parenthesis.
-    """
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return None
-    rest = text[text.rfind(")") + 2 :].split()
-    if not rest or rest[0] in ("Z", "X"):
-        return None
-    try:
-        return int(rest[19])
-    except (IndexError, ValueError):
-        return None
+
+def group_alive(pgid: int) -> list[int]:
+    """The live (non-zombie) processes of a process group."""
+    members = []
+    for process in psutil.process_iter():
+        try:
+            if os.getpgid(process.pid) == pgid and process.status() not in (
+                psutil.STATUS_ZOMBIE,
+                psutil.STATUS_DEAD,
+            ):
+                members.append(process.pid)
+        except (psutil.Error, ProcessLookupError, PermissionError):
+            continue
+    return members
