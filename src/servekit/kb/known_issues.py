@@ -28,6 +28,7 @@ from pydantic import (
 )
 
 from servekit.errors import ConfigError
+from servekit.lines import line_starts, matching_lines
 
 Behaviour = Literal[
     "crash_under_concurrency",
@@ -247,23 +248,30 @@ def match_log_lines(
     """Issues whose log patterns match `lines` (and, when given, that show `behaviour` and
     whose ranges cover the deployment), with up to `max_lines` matching lines each (all
     of them when None)."""
-    found = []
-    for issue in known_issues():
-        if behaviour is not None and behaviour not in issue.symptoms.behaviours:
-            continue
-        covered = issue.affects(
+    issues = [
+        issue
+        for issue in known_issues()
+        if issue.symptoms.log_patterns
+        and (behaviour is None or behaviour in issue.symptoms.behaviours)
+        and issue.affects(
             version=version,
             compute_capability=compute_capability,
             model=model,
             quantization=quantization,
         )
-        if not covered:
-            continue
+    ]
+    if not issues:
+        return []
+    # Each pattern scans the whole text once (a day of serving is hundreds of thousands of
+    # request and stats lines), and the few matches are mapped back to line numbers.
+    text = "\n".join(lines)
+    starts = line_starts(lines)
+    found = []
+    for issue in issues:
         patterns = [re.compile(p) for p in issue.symptoms.log_patterns]
         hits = [
-            (number, _ANSI.sub("", line).strip())
-            for number, line in enumerate(lines, start=1)
-            if any(p.search(line) for p in patterns)
+            (index + 1, _ANSI.sub("", lines[index]).strip())
+            for index in matching_lines(patterns, text, starts)
         ]
         if hits:
             found.append(LogMatch(issue, tuple(hits if max_lines is None else hits[:max_lines])))

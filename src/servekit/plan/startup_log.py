@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 
+from servekit.lines import line_starts, matching_lines
+
 __all__ = [
     "FAILURE_KINDS",
     "LogFailure",
@@ -66,8 +68,8 @@ _VERSION_RES = (
 )
 _ARCHITECTURE_RE = re.compile(r"Resolved architecture: ([A-Za-z0-9_]+)")
 _MODEL_RES = (
-    re.compile(r"LLM engine \(v[^)]*\) with config: model='([^']+)'"),
-    re.compile(r"non-default args: \{.*?'model': '([^']+)'"),
+    re.compile(r"LLM engine \(v[^)\n]*\) with config: model='([^'\n]+)'"),
+    re.compile(r"non-default args: \{.*?'model': '([^'\n]+)'"),
 )
 _MAX_LEN_RE = re.compile(
     rf"To serve at least one request with the model\S* max seq len(?: \(({_INT})\))?",
@@ -93,6 +95,32 @@ _FAILURE_RES: tuple[tuple[str, re.Pattern[str]], ...] = (
         re.compile(r"EngineCore failed to start|Engine core initialization failed"),
     ),
 )
+
+LINE_RES: tuple[re.Pattern[str], ...] = (
+    _MODEL_LOAD_RE, _AVAILABLE_KV_RE, _KV_TOKENS_RE, _CONCURRENCY_RE, _ESTIMATED_GRAPH_RE,
+    _GRAPH_CAPTURE_RE, _PROFILING_ON_RE, _PROFILING_OFF_RE, _GRAPH_COUNTS_RE, *_VERSION_RES,
+    _ARCHITECTURE_RE, *_MODEL_RES, _MAX_LEN_ESTIMATE_RE, *(p for _, p in _FAILURE_RES),
+)  # fmt: skip
+"""Every pattern tried on each line."""
+
+# Literal text, at least one of which is in every line a pattern of LINE_RES matches (a
+# test checks this on every sample log). Literal search skips the rest of a long log at
+# memory speed; a leading `\b`, a character class or IGNORECASE would make the regular
+# expression engine try every position.
+LINE_HINTS: tuple[re.Pattern[str], ...] = tuple(
+    re.compile(re.escape(hint))
+    for hint in (
+        "Model loading took", "Available KV cache memory", "KV cache size: ",
+        "Maximum concurrency for", "Estimated CUDA graph memory", "Graph capturing finished",
+        "CUDA graph memory profiling is", "Profiling CUDA graph memory", "vLLM API server",
+        "LLM engine (", "Resolved architecture", "non-default args",
+        "estimated maximum model length", "llegal memory access", "LLEGAL MEMORY ACCESS",
+        "EngineCore encountered a fatal error", "died unexpectedly", "EngineDeadError",
+        "CUDA out of memory", "OutOfMemoryError", " max seq len",
+        "No available memory for the cache blocks", "EngineCore failed to start",
+        "Engine core initialization failed",
+    )
+)  # fmt: skip
 
 FAILURE_KINDS: tuple[str, ...] = tuple(kind for kind, _ in _FAILURE_RES)
 """Every `LogFailure.kind`, in the order kinds on one line are reported."""
@@ -222,8 +250,10 @@ def parse_startup_log(text: str) -> StartupFigures:
     """
     lines = [_clean(raw) for raw in text.split("\n")]
     scan = _Scan()
-    for index, line in enumerate(lines):
-        _scan_figures(scan, line)
+    # Only lines some pattern matches are read in turn: most lines of a long log (requests,
+    # stats) report nothing, and finding the rest is one C-speed pass per pattern.
+    for index in matching_lines(LINE_HINTS, "\n".join(lines), line_starts(lines)):
+        _scan_figures(scan, lines[index])
         _scan_failures(scan, lines, index)
     return StartupFigures(
         weights_gib=scan.weights_gib,
@@ -251,7 +281,7 @@ def _clean(raw: str) -> str:
     """Return one line without its trailing carriage return and ANSI escape codes."""
     if raw.endswith("\r"):
         raw = raw[:-1]
-    return _ANSI_RE.sub("", raw)
+    return _ANSI_RE.sub("", raw) if "\x1b" in raw else raw
 
 
 def _to_float(token: str | None) -> float | None:
