@@ -219,3 +219,11 @@ def test_exit_code_by_severity() -> None:
     assert [f.severity for f in sorted_findings([info, error, warning])] == [
         "error", "warning", "info",
     ]  # fmt: skip
+
+
+def test_a_malformed_pattern_is_a_validation_error() -> None:
+    """A log or model pattern that is not a regular expression fails validation, naming it."""
+    issue = knowledge_base().issues[0].model_dump()
+    issue["symptoms"]["log_patterns"] = ["(unclosed"]
+    with pytest.raises(ValidationError, match="not a regular expression"):
+        KnowledgeBase.model_validate({"version": 3, "issues": [issue]})

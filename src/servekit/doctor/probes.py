@@ -120,13 +120,7 @@ def probe_docker(
     if cli is None:
         return DockerReport()
     try:
-        version = run(
-            [cli, "version", "--format", "{{json .}}"],
-            capture_output=True,
-            text=True,
-            timeout=DOCKER_TIMEOUT_S,
-            check=False,
-        )
+        version = _run_docker(run, cli, "version", "{{json .}}")
     except (OSError, subprocess.TimeoutExpired) as exc:
         return DockerReport(cli_path=cli, engine_error=f"docker version failed: {exc}")
     document = _json_object(version.stdout)
@@ -137,19 +131,21 @@ def probe_docker(
         error = lines[-1].strip() if lines else f"docker version exited {version.returncode}"
         return DockerReport(cli_path=cli, client_version=client, engine_error=error)
     try:
-        info = run(
-            [cli, "info", "--format", "{{json .Runtimes}}"],
-            capture_output=True,
-            text=True,
-            timeout=DOCKER_TIMEOUT_S,
-            check=False,
-        )
+        info = _run_docker(run, cli, "info", "{{json .Runtimes}}")
         runtimes = tuple(sorted(_json_object(info.stdout)))
     except (OSError, subprocess.TimeoutExpired):
         runtimes = ()
     return DockerReport(
         cli_path=cli, client_version=client, server_version=server, runtimes=runtimes
     )
+
+
+def _run_docker(
+    run: Runner, cli: str, command: str, template: str
+) -> subprocess.CompletedProcess[str]:
+    """`docker COMMAND --format TEMPLATE`, bounded in time, never raising on its exit code."""
+    argv = [cli, command, "--format", template]
+    return run(argv, capture_output=True, text=True, timeout=DOCKER_TIMEOUT_S, check=False)
 
 
 def _json_object(text: str) -> dict[str, Any]:

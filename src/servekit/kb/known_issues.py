@@ -43,6 +43,16 @@ Severity = Literal["error", "warning", "info"]
 """How much a finding matters: error blocks a launch, warning needs a look, info is a fact."""
 
 
+def _compiles(patterns: tuple[str, ...]) -> tuple[str, ...]:
+    """The patterns, once each compiles (a bad one fails validation with re's message)."""
+    for pattern in patterns:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"{pattern!r} is not a regular expression: {exc}") from None
+    return patterns
+
+
 class Symptoms(BaseModel):
     """What an issue looks like: engine log lines and observed behaviours."""
 
@@ -53,9 +63,7 @@ class Symptoms(BaseModel):
     @field_validator("log_patterns")
     @classmethod
     def _patterns_compile(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for pattern in value:
-            re.compile(pattern)
-        return value
+        return _compiles(value)
 
 
 class Fix(BaseModel):
@@ -140,9 +148,7 @@ class KnownIssue(BaseModel):
     @field_validator("models")
     @classmethod
     def _models_compile(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for pattern in value:
-            re.compile(pattern)
-        return value
+        return _compiles(value)
 
     def possibly_fixed(self, version: str | None) -> bool:
         """Whether `version` is at or past the claimed (unproven) fix."""
