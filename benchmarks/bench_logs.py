@@ -41,8 +41,9 @@ def main() -> None:
         times.append(time.perf_counter() - start)
     count = text.count("\n")
     best = min(times)
+    ids = [hit.issue.id for hit in analysis.issues]
     print(f"analyze_log: {count:,} lines, {len(text) / 2**20:.1f} MiB: best of 3 {best:.2f} s "
-          f"({count / best:,.0f} lines/s); issues {[h.issue.id for h in analysis.issues]}")  # fmt: skip
+          f"({count / best:,.0f} lines/s); issues {ids}")  # fmt: skip
     start = time.perf_counter()
     subprocess.run([sys.executable, "-m", "servekit", "doctor", "minimax-m3-mxfp8-8xa800",
                     "--json"], capture_output=True, check=False)  # fmt: skip
