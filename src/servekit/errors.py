@@ -57,6 +57,10 @@ class EndpointError(ServekitError):
     """A server did not answer as an OpenAI-compatible vLLM server should."""
 
 
+class LaunchError(ServekitError):
+    """An engine could not be started, did not become ready, or could not be stopped."""
+
+
 class SimulationError(ServekitError):
     """The built-in simulator was given an impossible configuration."""
 

@@ -6,6 +6,9 @@ id and marks the container running; `inspect` answers "true 0" while it runs, el
 "false <code>"; `logs [-f]` prints $FAKE_DOCKER_LOG, then touches a `.logged` marker;
 `stop` marks it exited; `rm` forgets it. $FAKE_DOCKER_EXIT_AFTER_LOGS=1 makes the
 container exit with code 1 once its log was printed (an engine that crashed at startup).
+`image inspect` fails when $FAKE_DOCKER_NO_IMAGE=1 (then `pull` succeeds); `run` writes
+the value of $HF_TOKEN it was given to `.run-env`; $FAKE_DOCKER_BROKEN=1 makes `stop` and
+`inspect` fail like an unreachable daemon.
 """
 
 from __future__ import annotations
@@ -25,7 +28,19 @@ def main() -> int:
         f.write(json.dumps(args) + "\n")
     state = calls.with_suffix(".state")
     command = args[0] if args else ""
+    broken = os.environ.get("FAKE_DOCKER_BROKEN") == "1"
+    if broken and command in ("stop", "inspect", "rm"):
+        print(
+            "Cannot connect to the Docker daemon at unix:///var/run/docker.sock.", file=sys.stderr
+        )
+        return 1
+    if command == "image":
+        return 1 if os.environ.get("FAKE_DOCKER_NO_IMAGE") == "1" else 0
+    if command == "pull":
+        print(f"{args[-1]}: Pulling from library")
+        return 0
     if command == "run":
+        calls.with_suffix(".run-env").write_text(os.environ.get("HF_TOKEN", "<unset>"))
         state.write_text("true 0")
         print(CONTAINER_ID)
         return 0

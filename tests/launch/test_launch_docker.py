@@ -48,7 +48,8 @@ def test_docker_up_no_wait_status_down(launch_env: LaunchEnv) -> None:
     launch_env.env["FAKE_DOCKER_LOG"] = str(TESTS / "plan" / "data" / "m3_a800_tp8.log")
     up = _up(launch_env, name, "--no-wait")
     assert up.returncode == 0, up.stderr
-    run = _calls(launch_env)[0]
+    inspect, run = _calls(launch_env)[:2]
+    assert inspect == ["image", "inspect", "vllm/vllm-openai:v0.32.0"]
     assert run[:2] == ["run", "-d"]
     assert run[run.index("--name") + 1] == "dockered"
     assert run[run.index("--gpus") + 1] == "1"
@@ -143,7 +144,8 @@ def test_container_that_exits_during_startup_fails_with_its_known_issue(
 def test_docker_run_failure_is_reported(launch_env: LaunchEnv, tmp_path: Path) -> None:
     """docker refusing to run is one clear error with docker's message; no state is kept."""
     failing = tmp_path / "bin" / "docker"
-    failing.write_text("#!/bin/sh\necho 'docker: Error response from daemon: "
+    failing.write_text("#!/bin/sh\n[ \"$1\" = image ] && exit 0\n"
+                       "echo 'docker: Error response from daemon: "
                        "could not select device driver \"\" with capabilities: [[gpu]].' >&2\n"
                        "exit 125\n")  # fmt: skip
     name = launch_env.profile("nogpu", _free_port())
@@ -151,3 +153,71 @@ def test_docker_run_failure_is_reported(launch_env: LaunchEnv, tmp_path: Path) -
     assert up.returncode == 1
     assert "docker run failed: docker: Error response from daemon" in up.stderr
     assert read_state(launch_env.state_dir, name) is None
+
+
+def test_env_values_never_reach_argv_state_or_output(launch_env: LaunchEnv) -> None:
+    """A token in the profile's env is handed to docker through its environment: the
+    command line, the state file and the output carry only its name."""
+    name = launch_env.profile("secretive", _free_port())
+    path = launch_env.profiles_dir / f"{name}.yaml"
+    path.write_text(path.read_text().replace("env:\n", "env:\n  HF_TOKEN: hf_supersecret\n"))
+    launch_env.env["FAKE_DOCKER_LOG"] = str(TESTS / "plan" / "data" / "m3_a800_tp8.log")
+    up = _up(launch_env, name, "--no-wait", "--json")
+    try:
+        assert up.returncode == 0, up.stderr
+        run = _calls(launch_env)[-1]
+        assert run[run.index("HF_TOKEN") - 1] == "-e"
+        assert "hf_supersecret" not in json.dumps(_calls(launch_env))
+        assert "hf_supersecret" not in up.stdout + up.stderr
+        assert "hf_supersecret" not in (launch_env.state_dir / f"{name}.json").read_text()
+        seen = Path(launch_env.env["FAKE_DOCKER_CALLS"]).with_suffix(".run-env").read_text()
+        assert seen == "hf_supersecret"
+        assert (launch_env.state_dir.stat().st_mode & 0o777) == 0o700
+    finally:
+        launch_env.servekit("down", name)
+
+
+def test_a_missing_image_is_pulled_before_run(launch_env: LaunchEnv) -> None:
+    """`docker run` is bounded in time, so a missing image is pulled first, unbounded."""
+    name = launch_env.profile("pulling", _free_port())
+    launch_env.env["FAKE_DOCKER_NO_IMAGE"] = "1"
+    up = _up(launch_env, name, "--no-wait")
+    try:
+        assert up.returncode == 0, up.stderr
+        commands = [call[:2] for call in _calls(launch_env)]
+        assert commands[:3] == [["image", "inspect"], ["pull", "vllm/vllm-openai:v0.32.0"],
+                                ["run", "-d"]]  # fmt: skip
+        assert "pulling vllm/vllm-openai:v0.32.0" in up.stderr
+    finally:
+        launch_env.servekit("down", name)
+
+
+def test_down_keeps_the_state_when_docker_cannot_stop_the_container(
+    launch_env: LaunchEnv,
+) -> None:
+    """An unreachable daemon is an error, not "already gone": the state stays for a retry."""
+    name = launch_env.profile("stuck", _free_port())
+    assert _up(launch_env, name, "--no-wait").returncode == 0
+    launch_env.env["FAKE_DOCKER_BROKEN"] = "1"
+    down = launch_env.servekit("down", name)
+    assert down.returncode == 1
+    assert "Cannot connect to the Docker daemon" in down.stderr
+    assert read_state(launch_env.state_dir, name) is not None
+    launch_env.env["FAKE_DOCKER_BROKEN"] = "0"
+    assert launch_env.servekit("down", name).returncode == 0
+    assert read_state(launch_env.state_dir, name) is None
+
+
+def test_a_stale_container_is_removed_before_the_next_start(launch_env: LaunchEnv) -> None:
+    """An exited container from an earlier up is removed (freeing its name) and replaced."""
+    name = launch_env.profile("again", _free_port())
+    assert _up(launch_env, name, "--no-wait").returncode == 0
+    Path(launch_env.env["FAKE_DOCKER_CALLS"]).with_suffix(".state").write_text("false 1")
+    again = _up(launch_env, name, "--no-wait")
+    try:
+        assert again.returncode == 0, again.stderr
+        calls = _calls(launch_env)
+        assert calls.index(["rm", "-f", CONTAINER_ID]) < len(calls) - 1
+        assert calls[-1][:2] == ["run", "-d"]
+    finally:
+        launch_env.servekit("down", name)

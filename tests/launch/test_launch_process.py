@@ -10,7 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from sandbox import LaunchEnv, group_members
@@ -117,6 +122,8 @@ def test_engine_that_crashes_during_startup_is_reported_with_its_known_issue(
     assert "did not become ready: process" in up.stderr  # type: ignore[attr-defined]
     assert "known issue m3-topk-layout-triton" in up.stdout  # type: ignore[attr-defined]
     assert read_state(launch_env.state_dir, name) is None
+    pgid = int(re.search(r"process group (\d+)", up.stdout).group(1))  # type: ignore[union-attr, attr-defined]
+    assert group_members(pgid) == []  # the "engine core" the crashed leader left is stopped
 
 
 def test_no_wait_returns_at_once_and_a_stale_state_is_replaced(launch_env: LaunchEnv) -> None:
@@ -160,4 +167,94 @@ def test_state_file_holds_no_environment_values(launch_env: LaunchEnv) -> None:
         assert "HF_TOKEN" in text
     finally:
         launch_env.servekit("down", name)
-    assert os.environ.get("FAKE_VLLM_MODE") is None
+
+
+def test_down_never_signals_a_pid_that_belongs_to_another_process(launch_env: LaunchEnv) -> None:
+    """A state whose pid is now another process's (creation time differs): down signals
+    nothing and that process keeps running."""
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                             start_new_session=True)  # fmt: skip
+    try:
+        name = launch_env.profile("recycled", _free_port())
+        state = {
+            "profile": name, "runtime": "process", "url": "http://127.0.0.1:9", "argv": ["x"],
+            "started_at": 0.0, "log_path": str(launch_env.root / "x.log"),
+            "pid": other.pid, "pid_started_at": 1.0,
+        }  # fmt: skip
+        launch_env.state_dir.mkdir()
+        (launch_env.state_dir / f"{name}.json").write_text(json.dumps(state))
+        down = launch_env.servekit("down", name)
+        assert down.returncode == 0, down.stderr
+        assert "nothing signalled" in down.stdout
+        assert other.poll() is None
+        assert group_members(other.pid) == [other.pid]
+    finally:
+        os.killpg(other.pid, signal.SIGKILL)
+        other.wait()
+
+
+def test_malformed_and_unreadable_state_files_are_clear_errors(launch_env: LaunchEnv) -> None:
+    """A state file that is not servekit's, or not text, is one error naming it."""
+    launch_env.state_dir.mkdir()
+    path = launch_env.state_dir / "broken.json"
+    for content in (b'{"profile": "broken"}', b"\xff\xfe\x00garbage"):
+        path.write_bytes(content)
+        for command in ("status", "down", "logs"):
+            done = launch_env.servekit(command, "broken")
+            assert done.returncode == 1, (command, done.stderr)
+            assert str(path) in done.stderr
+            assert "Traceback" not in done.stderr
+
+
+def test_logs_tail_longer_than_the_log_and_an_unterminated_last_line(
+    launch_env: LaunchEnv,
+) -> None:
+    """`-n` beyond the log's length prints all of it, including a last line without a
+    newline."""
+    name = launch_env.profile("short", _free_port())
+    log = launch_env.root / "short.log"
+    log.write_text("one\ntwo\nthree")
+    state = {"profile": name, "runtime": "process", "url": "http://127.0.0.1:9", "argv": ["x"],
+             "started_at": 0.0, "log_path": str(log), "pid": None}  # fmt: skip
+    launch_env.state_dir.mkdir()
+    (launch_env.state_dir / f"{name}.json").write_text(json.dumps(state))
+    done = launch_env.servekit("logs", name, "-n", "5")
+    assert done.stdout.splitlines() == ["one", "two", "three"]
+    done = launch_env.servekit("logs", name, "-n", "2")
+    assert done.stdout.splitlines() == ["two", "three"]
+    done = launch_env.servekit("logs", name, "-f")  # the engine is not running: ends at once
+    assert done.returncode == 0
+    assert done.stdout.splitlines() == ["one", "two", "three"]
+
+
+def test_a_busy_port_and_a_multi_node_profile_are_refused(launch_env: LaunchEnv) -> None:
+    """up does not start an engine whose port another server holds (it would look ready
+    through that server), nor a profile that spans nodes."""
+    import socket
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        name = launch_env.profile("busy", listener.getsockname()[1])
+        up = _up(launch_env, name)
+        assert up.returncode == 1  # type: ignore[attr-defined]
+        assert "already listens on 127.0.0.1" in up.stderr  # type: ignore[attr-defined]
+    assert read_state(launch_env.state_dir, name) is None
+    multi = launch_env.servekit("up", "minimax-m3-bf16-2x8xa800")
+    assert multi.returncode == 1
+    assert "spans 2 nodes" in multi.stderr
+
+
+def test_process_argv_maps_model_and_draft_paths_to_the_host(tmp_path: Path) -> None:
+    """The process runtime runs on the host: /models/... becomes deploy.host_model_dir/...,
+    in --model and inside --speculative-config."""
+    from servekit.deploy.launch import process_argv
+    from servekit.profiles import load_profile
+
+    profile = load_profile(
+        "minimax-m3-mxfp8-8xa800", overrides=[f"deploy.host_model_dir={tmp_path}"]
+    )
+    argv = process_argv(profile, "vllm")
+    assert argv[:3] == ["vllm", "serve", f"{tmp_path}/MiniMax-M3-MXFP8"]
+    spec = json.loads(argv[argv.index("--speculative-config") + 1])
+    assert spec["model"] == f"{tmp_path}/MiniMax-M3-EAGLE3"

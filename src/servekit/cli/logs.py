@@ -19,7 +19,7 @@ from servekit.cli._output import (
     profiles_dir_option,
     stdout_console,
 )
-from servekit.deploy.launch import show_log
+from servekit.deploy.follow import show_log
 from servekit.deploy.state import state_dir as default_state_dir
 from servekit.doctor.log_analysis import analyze_log, log_analysis_to_json
 from servekit.errors import StartupLogError, UsageError

@@ -15,7 +15,7 @@ from servekit.cli._output import (
     profiles_dir_option,
     stdout_console,
 )
-from servekit.deploy.launch import engine_status, stop
+from servekit.deploy.control import engine_status, stop
 from servekit.deploy.state import remove_state
 from servekit.deploy.state import state_dir as default_state_dir
 

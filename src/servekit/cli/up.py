@@ -16,12 +16,9 @@ from servekit.cli._output import (
     set_option,
     stdout_console,
 )
-from servekit.deploy.launch import (
-    not_ready_error,
-    served_models,
-    start_engine,
-    wait_until_ready,
-)
+from servekit.deploy.control import served_models
+from servekit.deploy.follow import wait_until_ready
+from servekit.deploy.launch import RUNTIMES, not_ready_error, start_engine
 from servekit.deploy.state import state_dir as default_state_dir
 from servekit.doctor.log_analysis import analyze_log
 from servekit.errors import Interrupted
@@ -32,7 +29,7 @@ from servekit.report.startup_view import follow_with_progress, print_ready, prin
 
 @click.command("up")
 @click.argument("profile")
-@click.option("--runtime", type=click.Choice(("process", "docker")), default="process",
+@click.option("--runtime", type=click.Choice(RUNTIMES), default="process",
               show_default=True,
               help="process: vLLM on this machine; docker: `docker run -d` with the rendered "
               "options.")  # fmt: skip

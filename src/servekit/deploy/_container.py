@@ -8,6 +8,7 @@ text an artifact opens with, so the five targets cannot drift apart.
 from __future__ import annotations
 
 import re
+from pathlib import PurePosixPath
 
 from servekit.errors import ConfigError
 from servekit.profiles.schema import Profile
@@ -64,6 +65,22 @@ def multi_node_error(profile: Profile, target: str) -> ConfigError:
         "launches one engine on one node",
         fix="use --target k8s (LeaderWorkerSet) or --target script (Ray)",
     )
+
+
+def host_path(profile: Profile, engine_path: str) -> str:
+    """Where an engine-side path is on the host, through the profile's model mount.
+
+    `/models/X` with `host_model_dir: /data/models` and `container_model_dir: /models` is
+    `/data/models/X`; a path outside the mount, or a profile without one, is unchanged.
+    """
+    deploy = profile.deploy
+    if deploy.host_model_dir is None:
+        return engine_path
+    inside = PurePosixPath(deploy.container_model_dir)
+    path = PurePosixPath(engine_path)
+    if path == inside or inside in path.parents:
+        return str(PurePosixPath(deploy.host_model_dir) / path.relative_to(inside))
+    return engine_path
 
 
 def published_port(profile: Profile) -> str:

@@ -20,8 +20,11 @@ from servekit.deploy.argv import FlagGroup, environment, vllm_serve_flags
 from servekit.profiles.schema import Profile
 
 
-def docker_run_options(profile: Profile) -> list[FlagGroup]:
+def docker_run_options(profile: Profile, *, env_values: bool = True) -> list[FlagGroup]:
     """Return the `docker run` options, one option with its value per group.
+
+    With `env_values=False` each variable is passed as `-e NAME` (docker takes the value
+    from its own environment), so a launch never puts a value on a command line.
 
     `--ipc=host` gives NCCL and vLLM's workers the shared memory they need between
     tensor-parallel ranks; a profile that sets `deploy.shm_size` gets a private
@@ -41,7 +44,10 @@ def docker_run_options(profile: Profile) -> list[FlagGroup]:
     volume = model_volume(profile)
     if volume is not None:
         groups.append(("-v", volume))
-    groups += [("-e", f"{name}={value}") for name, value in environment(profile).items()]
+    groups += [
+        ("-e", f"{name}={value}" if env_values else name)
+        for name, value in environment(profile).items()
+    ]
     return groups
 
 

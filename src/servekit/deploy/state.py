@@ -79,7 +79,7 @@ def log_path(directory: Path, profile: str) -> Path:
 
 def write_state(directory: Path, state: EngineState) -> Path:
     """Write the state file atomically (a reader never sees half a file)."""
-    directory.mkdir(parents=True, exist_ok=True)
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = state_path(directory, state.profile)
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(state.model_dump_json(indent=2) + "\n", encoding="utf-8")
@@ -98,6 +98,11 @@ def read_state(directory: Path, profile: str) -> EngineState | None:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(
+            f"cannot read the state file {path}: {exc}",
+            fix=f"check its permissions, or stop the engine by hand and delete {path}",
+        ) from None
     try:
         return EngineState.model_validate_json(text)
     except ValidationError as exc:
@@ -112,15 +117,19 @@ def remove_state(directory: Path, profile: str) -> None:
     state_path(directory, profile).unlink(missing_ok=True)
 
 
-def process_started_at(pid: int) -> float | None:
-    """A process's creation time (Unix seconds), or None when it is gone or a zombie."""
+def process_identity(pid: int) -> tuple[float | None, bool]:
+    """A process's creation time (Unix seconds) and whether it is alive (not a zombie).
+
+    `(None, False)` when no process has the pid. A zombie keeps its creation time, so an
+    engine that exited before its start was recorded is still recognised as ours.
+    """
     try:
         process = psutil.Process(pid)
-        if process.status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
-            return None
-        return float(process.create_time())
+        created = float(process.create_time())
+        alive = process.status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
     except psutil.Error:
-        return None
+        return None, False
+    return created, alive
 
 
 def group_alive(pgid: int) -> list[int]:

@@ -13,9 +13,10 @@ import os
 import shutil
 import subprocess
 from collections.abc import Callable
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
+from servekit.deploy._container import host_path
 from servekit.doctor.facts import (
     DockerReport,
     GpuInfo,
@@ -169,18 +170,6 @@ def probe_shm(path: str = "/dev/shm") -> ShmReport:  # noqa: S108 - its size onl
     except OSError as exc:
         return ShmReport(path=path, total_bytes=None, error=str(exc))
     return ShmReport(path=path, total_bytes=stats.f_frsize * stats.f_blocks)
-
-
-def host_path(profile: Profile, engine_path: str) -> str:
-    """Where an engine-side path is on this machine, through the profile's model mount."""
-    deploy = profile.deploy
-    if deploy.host_model_dir is None:
-        return engine_path
-    inside = PurePosixPath(deploy.container_model_dir)
-    path = PurePosixPath(engine_path)
-    if path == inside or inside in path.parents:
-        return str(PurePosixPath(deploy.host_model_dir) / path.relative_to(inside))
-    return engine_path
 
 
 def probe_model_dir(role: str, engine_path: str, host: str) -> ModelDirReport:

@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from servekit.deploy.launch import StartupOutcome, wait_until_ready
+from servekit.deploy.follow import StartupOutcome, wait_until_ready
 from servekit.deploy.shell import quote_words
 from servekit.deploy.stages import STAGE_LABELS, STAGES
 from servekit.deploy.state import EngineState

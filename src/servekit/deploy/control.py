@@ -1,0 +1,199 @@
+"""Is the engine up, and stopping it (shell): liveness, /health, status, down.
+
+A process engine is its process group: the leader `up` started (vLLM's API server) and
+everything it spawned (engine core, workers). The leader is recognised by its pid and
+creation time together; a pid now held by another process is never signalled. Linux does
+not hand out a pid while a process group of that number exists, so once the leader is
+gone, the members left in its group are the engine's own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import os
+import signal
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from servekit.deploy.docker_cli import DOCKER_TIMEOUT_S, docker, is_gone, last_line
+from servekit.deploy.state import EngineState, group_alive, process_identity
+from servekit.errors import ConfigError, LaunchError
+
+HEALTH_TIMEOUT_S = 2.0
+IDENTITY_TOLERANCE_S = 1.0
+"""Creation times are wall-clock derived; a clock step moves them. A new process that
+takes the same pid within a second of the old one's start is not a real risk."""
+
+
+def health(url: str) -> int | None:
+    """`GET /health`'s status code, or None when nothing (or no HTTP server) answers."""
+    try:
+        # the URL is http(s), built from the profile's bind host and port
+        with urllib.request.urlopen(f"{url}/health", timeout=HEALTH_TIMEOUT_S) as response:  # noqa: S310
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+    except (OSError, ValueError, http.client.HTTPException):
+        return None
+
+
+def served_models(url: str) -> list[dict[str, Any]]:
+    """`GET /v1/models`'s entries, or [] when it does not answer with the OpenAI shape."""
+    try:
+        with urllib.request.urlopen(f"{url}/v1/models", timeout=HEALTH_TIMEOUT_S) as response:  # noqa: S310
+            document = orjson.loads(response.read())
+    except (OSError, ValueError, http.client.HTTPException, orjson.JSONDecodeError):
+        return []
+    data = document.get("data") if isinstance(document, dict) else None
+    return [d for d in data if isinstance(d, dict)] if isinstance(data, list) else []
+
+
+@dataclass(frozen=True, slots=True)
+class Liveness:
+    """Whether what `up` started still runs.
+
+    Attributes:
+        running: the leader process or the container runs.
+        exit_code: the container's exit code, when docker knows it.
+        detail: a phrase for people.
+        foreign: the recorded pid belongs to another process now (never signal it).
+    """
+
+    running: bool
+    exit_code: int | None = None
+    detail: str = ""
+    foreign: bool = False
+
+
+def liveness(state: EngineState) -> Liveness:
+    """Ask the OS (process) or docker (container) whether the engine still runs."""
+    if state.runtime == "docker":
+        return _container_liveness(state)
+    if state.pid is None:
+        return Liveness(False, detail="no pid recorded")
+    created, live = process_identity(state.pid)
+    if created is None:
+        return Liveness(False, detail=f"process {state.pid} has exited")
+    same = state.pid_started_at is not None and (
+        abs(created - state.pid_started_at) <= IDENTITY_TOLERANCE_S
+    )
+    if not same:
+        return Liveness(False, detail=f"pid {state.pid} now belongs to another process",
+                        foreign=True)  # fmt: skip
+    if not live:
+        return Liveness(False, detail=f"process {state.pid} has exited")
+    return Liveness(True, detail=f"pid {state.pid}")
+
+
+def _container_liveness(state: EngineState) -> Liveness:
+    ident = state.container_id or ""
+    result = docker(["inspect", "-f", "{{.State.Running}} {{.State.ExitCode}}", ident],
+                    what="docker inspect", check=False)  # fmt: skip
+    if is_gone(result):
+        return Liveness(False, detail=f"container {state.container} is gone")
+    if result.returncode != 0:
+        raise LaunchError(f"docker inspect {state.container} failed: {last_line(result)}",
+                          fix="check the docker daemon (docker info)")  # fmt: skip
+    running, _, code = result.stdout.strip().partition(" ")
+    if running == "true":
+        return Liveness(True, detail=f"container {state.container}")
+    exit_code = int(code) if code.strip().lstrip("-").isdigit() else None
+    return Liveness(False, exit_code, f"container {state.container} has exited")
+
+
+def engine_status(state: EngineState) -> dict[str, Any]:
+    """What `servekit status` reports: the state, running, /health, served model, uptime."""
+    alive = liveness(state)
+    code = health(state.url) if alive.running else None
+    models = served_models(state.url) if code == 200 else []
+    model = models[0] if models else {}
+    return {
+        **state.model_dump(mode="json"),
+        "running": alive.running,
+        "healthy": alive.running and code == 200,
+        "detail": alive.detail,
+        "health": code,
+        "served_model": model.get("id"),
+        "max_model_len": model.get("max_model_len"),
+        "uptime_s": round(state.uptime_s(), 1),
+    }
+
+
+def stop(state: EngineState, *, grace_s: float = 30.0) -> str:
+    """Stop exactly what `up` started; returns what was done.
+
+    Process runtime: SIGTERM to the process group, SIGKILL after `grace_s`, until no
+    member of the group is left; a pid that belongs to another process now is left
+    alone. Docker: `docker stop -t GRACE` then `docker rm -f`.
+
+    Raises:
+        LaunchError: the engine could not be stopped, or docker failed for another
+            reason than the container being gone.
+    """
+    if state.runtime == "docker":
+        return _stop_container(state, grace_s)
+    if state.pid is None:
+        raise ConfigError("the state file has no pid", fix="stop the engine by hand")
+    alive = liveness(state)
+    if alive.foreign:
+        return f"nothing signalled: {alive.detail}; the engine is gone"
+    if not alive.running:
+        left = stop_group(state.pid, grace_s=0)
+        return f"process {state.pid} had already exited" + (left and f"; {left}")
+    return stop_group(state.pid, grace_s=grace_s)
+
+
+def stop_group(pgid: int, *, grace_s: float) -> str:
+    """SIGTERM a process group, SIGKILL what is left after `grace_s`; "" if it was empty.
+
+    Only call this for a group that is ours (see the module docstring).
+
+    Raises:
+        LaunchError: members survive SIGKILL.
+    """
+    if not group_alive(pgid):
+        return ""
+    _signal_group(pgid, signal.SIGTERM)
+    if _wait_group(pgid, grace_s):
+        return f"stopped process group {pgid}"
+    _signal_group(pgid, signal.SIGKILL)
+    if not _wait_group(pgid, 10.0):
+        raise LaunchError(f"process group {pgid} survived SIGKILL",
+                          fix=f"inspect it: ps -g {pgid}")  # fmt: skip
+    return f"killed process group {pgid} (SIGKILL after {grace_s:g} s)"
+
+
+def _wait_group(pgid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while group_alive(pgid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _stop_container(state: EngineState, grace_s: float) -> str:
+    ident = state.container_id or state.container or ""
+    stopped = docker(["stop", "-t", str(int(grace_s)), ident], what="docker stop", check=False,
+                     timeout_s=grace_s + DOCKER_TIMEOUT_S)  # fmt: skip
+    if stopped.returncode != 0 and not is_gone(stopped):
+        raise LaunchError(f"docker stop {state.container} failed: {last_line(stopped)}",
+                          fix="check the docker daemon; the state is kept")  # fmt: skip
+    removed = docker(["rm", "-f", ident], what="docker rm", check=False)
+    if removed.returncode != 0 and not is_gone(removed):
+        raise LaunchError(f"docker rm {state.container} failed: {last_line(removed)}",
+                          fix="check the docker daemon; the state is kept")  # fmt: skip
+    if is_gone(stopped):
+        return f"container {state.container} was already gone"
+    return f"stopped and removed container {state.container} ({ident[:12]})"
