@@ -6,6 +6,7 @@ Synchronous and bounded: one GET with a timeout and a size cap. Failures raise
 
 from __future__ import annotations
 
+import http.client
 import urllib.error
 import urllib.request
 from urllib.parse import urlsplit
@@ -47,6 +48,8 @@ def fetch_bytes(url: str, *, timeout_s: float, max_bytes: int) -> bytes:
         raise OSError(f"the server answered HTTP {exc.code} {exc.reason}") from None
     except urllib.error.URLError as exc:
         raise OSError(str(exc.reason)) from None
+    except (http.client.HTTPException, ValueError) as exc:  # a cut body, a malformed URL
+        raise OSError(f"{type(exc).__name__}: {exc}") from None
     if len(body) > max_bytes:
         raise OSError(f"the response is larger than {max_bytes} bytes")
     return body
