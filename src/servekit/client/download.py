@@ -19,7 +19,10 @@ SCHEMES = ("http", "https")
 
 def is_http_url(text: str) -> bool:
     """Return True when text is an http:// or https:// URL."""
-    return urlsplit(text).scheme.lower() in SCHEMES
+    try:
+        return urlsplit(text).scheme.lower() in SCHEMES
+    except ValueError:  # e.g. an unclosed IPv6 bracket: not a usable URL
+        return False
 
 
 def fetch_bytes(url: str, *, timeout_s: float, max_bytes: int) -> bytes:
