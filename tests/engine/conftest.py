@@ -34,6 +34,7 @@ SERVED = "tiny-m3"
 MAX_MODEL_LEN = 2048
 START_TIMEOUT_S = 420.0
 CLIENT_CORE = 0
+SERVER_CORE = 1
 PARSERS = ["--reasoning-parser", "minimax_m3", "--tool-call-parser", "minimax_m3",
            "--enable-auto-tool-choice"]  # fmt: skip
 
@@ -86,8 +87,14 @@ def _health(url: str) -> int | None:
         return None
 
 
-def start_vllm(variant: str, model_dir: Path, extra: list[str]) -> VllmServer:
-    """Start one server and wait for /health 200 (failing with the log tail if it dies)."""
+def start_vllm(
+    variant: str, model_dir: Path, extra: list[str], *, core: int | None = None
+) -> VllmServer:
+    """Start one server and wait for /health 200 (failing with the log tail if it dies).
+
+    With `core`, the API server, engine core and its OpenMP threads are pinned to that
+    core (timing measurements keep the clients on the other one).
+    """
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     port = _free_port()
     log = ARTIFACTS / f"vllm-{variant}.log"
@@ -99,7 +106,10 @@ def start_vllm(variant: str, model_dir: Path, extra: list[str]) -> VllmServer:
         "TRANSFORMERS_OFFLINE": "1",
         "VLLM_NO_USAGE_STATS": "1",
     }
+    if core is not None:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = str(core)
     cmd = [
+        *([] if core is None else ["taskset", "-c", str(core)]),
         sys.executable,
         "-m",
         "vllm.entrypoints.openai.api_server",
@@ -158,8 +168,10 @@ def draft_rand_model() -> Path:
     return build_model("draft-rand")
 
 
-def _serve(variant: str, model_dir: Path, extra: list[str]) -> Iterator[VllmServer]:
-    server = start_vllm(variant, model_dir, extra)
+def _serve(
+    variant: str, model_dir: Path, extra: list[str], core: int | None = None
+) -> Iterator[VllmServer]:
+    server = start_vllm(variant, model_dir, extra, core=core)
     try:
         yield server
     finally:
@@ -176,6 +188,15 @@ def spec_config(draft: Path) -> list[str]:
 def vllm_plain(target_model: Path) -> Iterator[VllmServer]:
     """The target with M3's reasoning and tool parsers, no speculation."""
     yield from _serve("plain", target_model, PARSERS)
+
+
+@pytest.fixture(scope="module")
+def vllm_measured(target_model: Path) -> Iterator[VllmServer]:
+    """The target for timing comparisons: pinned to its own core, prefix caching off (the
+    tiny vocabulary makes vLLM's random prompts share 128-token blocks, which would give
+    one tool's prompts cache hits the other's do not get)."""
+    yield from _serve("measured", target_model, ["--no-enable-prefix-caching"],
+                      core=SERVER_CORE)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
