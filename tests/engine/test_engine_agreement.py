@@ -3,12 +3,13 @@
 The protocol (tests/engine/agreement.py): the tiny target on a server pinned to one core
 with prefix caching off, each client pinned to the other core, 1024-token prompts (as the
 server counts vLLM's random prompts) and 64 tokens out, open loop at 3 requests/s with
-near-constant arrivals, four rounds of 60 requests with the tools' order alternating;
+near-constant arrivals, six rounds of 60 requests with the tools' order alternating;
 output throughput and mean TTFT are pooled over the rounds, and each tool's TTFT is also set
 against the engine's own `vllm:time_to_first_token_seconds` histogram for its requests.
-Measured before this test existed (benchmarks/README.md): pooled ratios 1.018 (throughput)
-and 0.998 (TTFT), each client's TTFT 4-5 ms above the engine's, while single rounds
-scatter by up to 10%.
+Measured with four rounds (benchmarks/README.md): pooled throughput 1.018-1.022, TTFT
+0.921-0.998 (the spread is the engine's, not the clients': each client's TTFT stays 4-5 ms
+above the engine's histogram), single rounds up to 10% apart; six rounds keep the pooled
+figures further from the 10% bound.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.integration, pytest.mark.slow]
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / ".artifacts" / "engine"
 LOAD = Load(requests=60, input_len=1024, output_len=64, rate=3.0)
-ROUNDS = 4
+ROUNDS = 6
 BOUND = 0.10
 
 
