@@ -50,13 +50,17 @@ VLLM_MODULE = "vllm.entrypoints.openai.api_server"
 RUNTIMES = ("process", "docker")
 
 
-def engine_url(profile: Profile) -> str:
-    """Where the engine answers, from this machine (a wildcard bind is reached on loopback)."""
+def reachable_host(profile: Profile) -> str:
+    """The address that reaches the engine from this machine (a wildcard bind: loopback)."""
     host = profile.deploy.bind_host
     if host in ("0.0.0.0", ""):  # noqa: S104 - reaching a wildcard bind, not binding
-        host = "127.0.0.1"
-    elif host == "::":
-        host = "::1"
+        return "127.0.0.1"
+    return "::1" if host == "::" else host
+
+
+def engine_url(profile: Profile) -> str:
+    """Where the engine answers, from this machine."""
+    host = reachable_host(profile)
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"
     return f"http://{host}:{profile.deploy.port}"
@@ -183,8 +187,7 @@ def forget_stale(directory: Path, profile: Profile) -> None:
 
 
 def _refuse_busy_port(profile: Profile) -> None:
-    host = profile.deploy.bind_host
-    host = "127.0.0.1" if host in ("0.0.0.0", "") else "::1" if host == "::" else host  # noqa: S104
+    host = reachable_host(profile)
     with contextlib.suppress(OSError), socket.create_connection((host, profile.deploy.port), 0.5):
         raise ConfigError(
             f"something already listens on {host}:{profile.deploy.port}",
