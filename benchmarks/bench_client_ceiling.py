@@ -28,7 +28,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, models, pre_tokenizers
 
-from servekit.bench.runner import BenchSpec, PointSpec
+from servekit.bench.spec import BenchSpec, PointSpec
 from servekit.bench.summary import run_bench
 
 REQUESTS = 2048

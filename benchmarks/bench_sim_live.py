@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from servekit.analyze.summarize import point_metrics
-from servekit.bench.runner import BenchSpec, PointSpec
+from servekit.bench.spec import BenchSpec, PointSpec
 from servekit.bench.summary import run_bench
 from servekit.profiles import load_profile
 from servekit.sim.build import build_engine

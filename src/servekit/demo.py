@@ -23,14 +23,14 @@ from typing import Any
 from servekit import __version__
 from servekit.analyze.compare import compare_runs, highest_meeting, speculation_facts
 from servekit.analyze.timescale import to_simulated_time
-from servekit.bench.runner import BenchSpec, PointSpec
+from servekit.bench.spec import BenchSpec, PointSpec
 from servekit.bench.store import write_summary, write_summary_tables
 from servekit.bench.summary import run_bench
-from servekit.deploy.render import render
 from servekit.errors import ChecksFailed, SimulationError
 from servekit.hardware import lookup_gpu
 from servekit.plan import make_plan, plan_inputs
 from servekit.profiles import Profile, load_profile
+from servekit.render.targets import render
 from servekit.report.build import write_report
 from servekit.validate.context import ValidateSpec
 from servekit.validate.runner import run_checks, validate_document

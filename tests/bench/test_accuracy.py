@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from servekit.analyze.summarize import point_metrics
-from servekit.bench.runner import BenchSpec, PointSpec
+from servekit.bench.spec import BenchSpec, PointSpec
 from servekit.bench.store import read_records
 from servekit.bench.summary import run_bench
 

@@ -12,7 +12,8 @@ import aiohttp
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-from servekit.bench.runner import BenchSpec, plan_requests
+from servekit.bench.runner import plan_requests
+from servekit.bench.spec import BenchSpec
 from servekit.workload.synthetic import words
 
 pytestmark = pytest.mark.integration

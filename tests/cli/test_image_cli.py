@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from servekit.cli.main import cli
 
-DATA = Path(__file__).resolve().parents[1] / "deploy" / "data"
+DATA = Path(__file__).resolve().parents[1] / "render" / "data"
 TAG = "vllm/vllm-openai:v0.25.1-m3patch"
 PROFILE = "my-m3-patched"
 
@@ -215,7 +215,7 @@ def test_rewritten_context_drops_stale_patches(workdir: Path) -> None:
 
 @pytest.fixture
 def diff_server() -> Iterator[str]:
-    """A loopback HTTP server serving tests/deploy/data; yields its base URL."""
+    """A loopback HTTP server serving tests/render/data; yields its base URL."""
 
     class Handler(http.server.SimpleHTTPRequestHandler):
         def __init__(self, *args: object, **kwargs: object) -> None:

@@ -16,7 +16,7 @@ from servekit.plan.startup_log import LINE_HINTS, LINE_RES, parse_startup_log
 TESTS = Path(__file__).parents[1]
 SAMPLE_LOGS = sorted(
     [*TESTS.glob("plan/data/*.log"), *TESTS.glob("doctor/data/*.log"),
-     *TESTS.glob("deploy/data/*.log")]
+     *TESTS.glob("render/data/*.log")]
 )  # fmt: skip
 ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
 

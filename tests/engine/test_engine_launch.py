@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from servekit.deploy.state import group_alive, read_state
+from servekit.runtime.state import group_alive, read_state
 
 pytestmark = [pytest.mark.vllm, pytest.mark.integration, pytest.mark.slow]
 

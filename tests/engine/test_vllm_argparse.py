@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from servekit.deploy.argv import host_flags, vllm_serve_args
 from servekit.profiles import available_profiles, load_profile
+from servekit.render.argv import host_flags, vllm_serve_args
 
 pytestmark = pytest.mark.vllm
 SCRIPT = Path(__file__).with_name("check_vllm_args.py")

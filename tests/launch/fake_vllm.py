@@ -2,7 +2,7 @@
 """A stand-in for `vllm serve` in launch tests: prints a real startup log, then serves /health.
 
 Invoked as `vllm serve MODEL --host H --port P [flags...]` (the `vllm` launcher).
-It replays tests/deploy/data/vllm_cpu_0320_startup.log (a real vLLM CPU start) with
+It replays tests/render/data/vllm_cpu_0320_startup.log (a real vLLM CPU start) with
 short pauses, spawns a child process like vLLM's engine core (same process group), and
 answers /health and /v1/models on loopback until SIGTERM. FAKE_VLLM_MODE=crash prints
 the MiniMax-M3 crash log and exits 1 before serving; FAKE_VLLM_MODE=stubborn ignores
@@ -21,7 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-STARTUP = HERE.parent / "deploy" / "data" / "vllm_cpu_0320_startup.log"
+STARTUP = HERE.parent / "render" / "data" / "vllm_cpu_0320_startup.log"
 CRASH = HERE.parent / "doctor" / "data" / "m3_v0251_illegal_memory_access.log"
 
 

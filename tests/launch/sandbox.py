@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from servekit.deploy.state import group_alive
+from servekit.runtime.state import group_alive
 
 HERE = Path(__file__).parent
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from servekit.deploy.follow import wait_until_ready
-from servekit.deploy.state import EngineState
+from servekit.runtime.follow import wait_until_ready
+from servekit.runtime.state import EngineState
 
 
 class _Healthy(BaseHTTPRequestHandler):

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from sandbox import LaunchEnv
 
-from servekit.deploy.state import read_state
+from servekit.runtime.state import read_state
 
 pytestmark = pytest.mark.integration
 

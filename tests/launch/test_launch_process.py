@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from sandbox import LaunchEnv, group_members
 
-from servekit.deploy.state import read_state
+from servekit.runtime.state import read_state
 
 pytestmark = pytest.mark.integration
 
@@ -248,8 +248,8 @@ def test_a_busy_port_and_a_multi_node_profile_are_refused(launch_env: LaunchEnv)
 def test_process_argv_maps_model_and_draft_paths_to_the_host(tmp_path: Path) -> None:
     """The process runtime runs on the host: /models/... becomes deploy.host_model_dir/...,
     in --model and inside --speculative-config."""
-    from servekit.deploy.launch import process_argv
     from servekit.profiles import load_profile
+    from servekit.runtime.launch import process_argv
 
     profile = load_profile(
         "minimax-m3-mxfp8-8xa800", overrides=[f"deploy.host_model_dir={tmp_path}"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from servekit.deploy.stages import STAGES, StageTracker
+from servekit.runtime.stages import STAGES, StageTracker
 
 TESTS = Path(__file__).parents[1]
 
@@ -19,7 +19,7 @@ def _stages(path: Path) -> list[str]:
 
 def test_cpu_engine_start_goes_weights_profiling_kv_ready() -> None:
     """A real vLLM 0.32 CPU start: no CUDA graphs, so KV cache then ready."""
-    assert _stages(TESTS / "deploy" / "data" / "vllm_cpu_0320_startup.log") == [
+    assert _stages(TESTS / "render" / "data" / "vllm_cpu_0320_startup.log") == [
         "weights", "profiling", "kv_cache", "ready",
     ]  # fmt: skip
 

@@ -33,7 +33,6 @@ from typing import Any
 import aiohttp
 
 from servekit.bench.runner import (
-    BenchSpec,
     ClientLoad,
     Emit,
     Share,
@@ -42,6 +41,7 @@ from servekit.bench.runner import (
     send_share,
     warm_connections,
 )
+from servekit.bench.spec import BenchSpec
 from servekit.client.http import timing_trace_config
 from servekit.errors import SimulationError
 from servekit.records import RequestRecord

@@ -22,75 +22,16 @@ import aiohttp
 from servekit.analyze.summarize import distribution
 from servekit.bench.scrape import Snapshot, scrape, server_block
 from servekit.bench.sizing import sized_prompts
+from servekit.bench.spec import BenchSpec, Planned, PointOutcome, PointSpec
 from servekit.bench.store import RecordWriter
 from servekit.client.http import TimedStream, stream_request, timing_trace_config
 from servekit.errors import EndpointError
 from servekit.records import RequestRecord
-from servekit.workload.datasets import LengthSpec, PromptItem
 from servekit.workload.synthetic import constant_arrivals, gamma_arrivals, poisson_arrivals
 
 SAMPLE_EVERY_S = 0.25
 POOL_START_LEAD_S = 0.3  # worker processes start a point together, this long after dispatch
 Sender = Callable[[int, int], Awaitable[None]]
-
-
-@dataclass(frozen=True, slots=True)
-class BenchSpec:
-    """What to send and where."""
-
-    base_url: str
-    model: str
-    api: str = "chat"
-    input_len: int = 1024
-    output_len: int = 128
-    temperature: float = 0.0
-    requests_per_point: int = 64
-    warmup: int = 0
-    seed: int = 0
-    headers: dict[str, str] = field(default_factory=dict)
-    chat_template_kwargs: dict[str, Any] | None = None
-    timeout_s: float = 600.0
-    input_dist: LengthSpec | None = None  # overrides input_len when set
-    output_dist: LengthSpec | None = None  # overrides output_len when set
-    dataset: tuple[PromptItem, ...] | None = None  # prompts from a file instead of synthetic
-    shared_prefix: int = 0  # tokens every synthetic prompt starts with (prefix caching)
-    tokenizer: str | None = None  # local tokenizer.json when the server has no /tokenize
-    duration_per_point_s: float | None = None  # a point also ends when this much time passed
-    tools: tuple[dict[str, Any], ...] = ()  # OpenAI tool definitions sent with chat requests
-    workers: int = 1  # processes that send the load (records merge in this one)
-    min_tokens: bool = False  # also pin the length with min_tokens (servers without ignore_eos)
-    metrics_interval_s: float = 0.25  # /metrics sampling during a point; 0: before/after only
-
-
-@dataclass(frozen=True, slots=True)
-class Planned:
-    """One request to send: its body and the output length it must produce."""
-
-    body: dict[str, Any]
-    output_len: int
-
-
-@dataclass(frozen=True, slots=True)
-class PointSpec:
-    """One load level."""
-
-    label: str
-    concurrency: int | None = None
-    rate_rps: float | None = None
-    arrival: str = "poisson"  # poisson | gamma:SHAPE | constant
-    max_concurrency: int | None = None
-    requests: int | None = None  # this point's request count [BenchSpec.requests_per_point]
-
-
-@dataclass(frozen=True, slots=True)
-class PointOutcome:
-    """A finished point: its records and the server's view of it."""
-
-    spec: PointSpec
-    records: list[RequestRecord]
-    server: dict[str, object]
-    warnings: list[str]
-    client: dict[str, object] = field(default_factory=dict)
 
 
 def request_body(

@@ -20,7 +20,7 @@ from servekit.errors import ConfigError
 from servekit.workload.synthetic import words
 
 if TYPE_CHECKING:
-    from servekit.bench.runner import BenchSpec
+    from servekit.bench.spec import BenchSpec
 
 MAX_ADJUST = 12
 SERVER = "server /tokenize"

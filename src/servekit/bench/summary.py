@@ -15,7 +15,8 @@ import aiohttp
 
 from servekit.analyze.summarize import Slo, point_metrics, point_to_json, summary_document
 from servekit.bench.pool import WorkerPool
-from servekit.bench.runner import BenchSpec, PointOutcome, PointSpec, Progress, run_points
+from servekit.bench.runner import Progress, run_points
+from servekit.bench.spec import BenchSpec, PointOutcome, PointSpec
 from servekit.bench.store import RecordWriter, write_summary, write_summary_tables
 from servekit.errors import EndpointError, Interrupted, ServekitError
 from servekit.report.live import LiveProgress

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from servekit.bench.runner import BenchSpec, PointSpec
+from servekit.bench.spec import BenchSpec, PointSpec
 from servekit.cli._output import parse_numbers
 from servekit.errors import UsageError
 from servekit.profiles import Profile, load_profile

@@ -9,9 +9,9 @@ from typing import Any
 
 import click
 
-from servekit.deploy.state import EngineState, read_state, state_path
 from servekit.errors import ConfigError
 from servekit.profiles import load_profile
+from servekit.runtime.state import EngineState, read_state, state_path
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 

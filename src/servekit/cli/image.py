@@ -14,9 +14,9 @@ from servekit.cli._output import (
     profiles_dir_option,
     set_option,
 )
-from servekit.deploy.image import describe_patches, plan_document
-from servekit.deploy.image_build import build_image, prepare_build
 from servekit.profiles import load_profile
+from servekit.render.image import describe_patches, plan_document
+from servekit.runtime.image_build import build_image, prepare_build
 
 
 @click.group("image")

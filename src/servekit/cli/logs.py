@@ -19,12 +19,12 @@ from servekit.cli._output import (
     profiles_dir_option,
     stdout_console,
 )
-from servekit.deploy.follow import show_log
-from servekit.deploy.state import state_dir as default_state_dir
 from servekit.doctor.log_analysis import analyze_log, log_analysis_to_json
 from servekit.errors import StartupLogError, UsageError
 from servekit.hardware import lookup_gpu
 from servekit.report.log_view import print_analysis
+from servekit.runtime.follow import show_log
+from servekit.runtime.state import state_dir as default_state_dir
 
 
 class _LogsGroup(click.Group):

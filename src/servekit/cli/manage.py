@@ -15,9 +15,9 @@ from servekit.cli._output import (
     profiles_dir_option,
     stdout_console,
 )
-from servekit.deploy.control import engine_status, stop
-from servekit.deploy.state import remove_state
-from servekit.deploy.state import state_dir as default_state_dir
+from servekit.runtime.control import engine_status, stop
+from servekit.runtime.state import remove_state
+from servekit.runtime.state import state_dir as default_state_dir
 
 
 @click.command("down")

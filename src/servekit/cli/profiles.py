@@ -15,9 +15,9 @@ from servekit.cli._output import (
     set_option,
     stdout_console,
 )
-from servekit.deploy import container_image
 from servekit.errors import ServekitError
 from servekit.profiles import available_profiles, load_profile
+from servekit.render import container_image
 
 
 @click.group("profiles")

@@ -13,9 +13,9 @@ from servekit.cli._output import (
     profiles_dir_option,
     set_option,
 )
-from servekit.deploy import TARGETS, render, vllm_serve_command
 from servekit.errors import ConfigError
 from servekit.profiles import load_profile
+from servekit.render import TARGETS, render, vllm_serve_command
 
 
 @click.command("render")

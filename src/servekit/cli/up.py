@@ -16,15 +16,15 @@ from servekit.cli._output import (
     set_option,
     stdout_console,
 )
-from servekit.deploy.control import served_models
-from servekit.deploy.follow import wait_until_ready
-from servekit.deploy.launch import RUNTIMES, not_ready_error, start_engine
-from servekit.deploy.state import state_dir as default_state_dir
 from servekit.doctor.log_analysis import analyze_log
 from servekit.errors import Interrupted
 from servekit.profiles import load_profile
 from servekit.report.log_view import print_analysis
 from servekit.report.startup_view import follow_with_progress, print_ready, print_started
+from servekit.runtime.control import served_models
+from servekit.runtime.follow import wait_until_ready
+from servekit.runtime.launch import RUNTIMES, not_ready_error, start_engine
+from servekit.runtime.state import state_dir as default_state_dir
 
 
 @click.command("up")

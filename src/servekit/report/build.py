@@ -17,12 +17,12 @@ from servekit import __version__
 from servekit.analyze.compare import compare_runs, speculation_facts
 from servekit.analyze.summarize import samples
 from servekit.bench.store import RECORDS_FILE, read_records, read_summary
-from servekit.deploy.argv import environment, vllm_serve_command
-from servekit.deploy.shell import quote_words
 from servekit.errors import ServekitError
 from servekit.hardware import lookup_gpu
 from servekit.profiles import Profile, load_profile
 from servekit.records import RequestRecord
+from servekit.render.argv import environment, vllm_serve_command
+from servekit.render.shell import quote_words
 from servekit.report import plots
 from servekit.report.document import Figure, Section, Table, render_html, render_markdown
 

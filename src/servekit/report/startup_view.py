@@ -6,12 +6,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from servekit.deploy.follow import StartupOutcome, wait_until_ready
-from servekit.deploy.shell import quote_words
-from servekit.deploy.stages import STAGE_LABELS, STAGES
-from servekit.deploy.state import EngineState
 from servekit.doctor.log_analysis import LogAnalysis
+from servekit.render.shell import quote_words
 from servekit.report.log_view import capacity_lines
+from servekit.runtime.follow import StartupOutcome, wait_until_ready
+from servekit.runtime.stages import STAGE_LABELS, STAGES
+from servekit.runtime.state import EngineState
 
 
 def print_started(console: Console, state: EngineState) -> None:

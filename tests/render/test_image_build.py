@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from servekit.deploy.image_build import read_patch
 from servekit.errors import ConfigError
+from servekit.runtime.image_build import read_patch
 
 DIFF = "diff --git a/vllm/x.py b/vllm/x.py\n"
 

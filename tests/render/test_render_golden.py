@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from servekit.deploy import TARGETS, render
-from servekit.deploy._container import MULTI_NODE_TARGETS
 from servekit.errors import ConfigError, UsageError
 from servekit.profiles import Profile, load_profile
 from servekit.profiles.loader import BUILTIN_DIR
+from servekit.render import TARGETS, render
+from servekit.render._container import MULTI_NODE_TARGETS
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("SERVEKIT_UPDATE_GOLDEN") == "1"

@@ -14,10 +14,10 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from servekit.deploy._container import CONTAINER_PORT, HEALTH_PATH, image
-from servekit.deploy.argv import environment
 from servekit.errors import ConfigError
 from servekit.profiles.schema import Profile
+from servekit.render._container import CONTAINER_PORT, HEALTH_PATH, image
+from servekit.render.argv import environment
 
 SHM_MOUNT_PATH = "/dev/shm"  # noqa: S108 - the container's shared memory, not a temp file
 PROBE_PERIOD_S = 10

@@ -17,9 +17,10 @@ from typing import Any
 
 import yaml
 
-from servekit.deploy import shell
-from servekit.deploy._container import header_lines, resource_name
-from servekit.deploy._k8s_pod import (
+from servekit.profiles.schema import Profile
+from servekit.render import shell
+from servekit.render._container import header_lines, resource_name
+from servekit.render._k8s_pod import (
     app_labels,
     app_selector,
     engine_container,
@@ -27,9 +28,8 @@ from servekit.deploy._k8s_pod import (
     pod_volumes,
     service_ports,
 )
-from servekit.deploy._ray import head_start_words, join_ray_function, wait_for_gpus_function
-from servekit.deploy.argv import vllm_serve_flags
-from servekit.profiles.schema import Profile
+from servekit.render._ray import head_start_words, join_ray_function, wait_for_gpus_function
+from servekit.render.argv import vllm_serve_flags
 
 API_VERSION = "leaderworkerset.x-k8s.io/v1"
 ROLE_LABEL = "role"

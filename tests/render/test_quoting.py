@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from servekit.deploy import render, vllm_serve_args
-from servekit.deploy.docker import docker_run_options
-from servekit.deploy.script import host_flags
 from servekit.profiles import Profile, load_profile
+from servekit.render import render, vllm_serve_args
+from servekit.render.docker import docker_run_options
+from servekit.render.script import host_flags
 
 M3 = "minimax-m3-mxfp8-8xa800"
 BRIEF_NAME = "x'; touch /tmp/p; '"

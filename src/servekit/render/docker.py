@@ -7,8 +7,9 @@ model path and the flags straight after the image. The engine listens on port
 
 from __future__ import annotations
 
-from servekit.deploy import shell
-from servekit.deploy._container import (
+from servekit.profiles.schema import Profile
+from servekit.render import shell
+from servekit.render._container import (
     gpu_count,
     header_lines,
     image,
@@ -16,8 +17,7 @@ from servekit.deploy._container import (
     published_port,
     resource_name,
 )
-from servekit.deploy.argv import FlagGroup, environment, vllm_serve_flags
-from servekit.profiles.schema import Profile
+from servekit.render.argv import FlagGroup, environment, vllm_serve_flags
 
 
 def docker_run_options(profile: Profile, *, env_values: bool = True) -> list[FlagGroup]:

@@ -19,7 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from servekit.deploy.image import (
+from servekit.errors import ConfigError
+from servekit.profiles import load_profile
+from servekit.profiles.loader import BUILTIN_DIR
+from servekit.render.image import (
     APPLY_SCRIPT,
     PATCH_DIR,
     ImagePlan,
@@ -29,10 +32,7 @@ from servekit.deploy.image import (
     plan_image,
     render_dockerfile,
 )
-from servekit.deploy.patches import classify_path, filter_patch
-from servekit.errors import ConfigError
-from servekit.profiles import load_profile
-from servekit.profiles.loader import BUILTIN_DIR
+from servekit.render.patches import classify_path, filter_patch
 
 DATA = Path(__file__).parent / "data"
 GOLDEN_DIR = Path(__file__).parent / "golden"

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from servekit.deploy import vllm_serve_args, vllm_serve_command
-from servekit.deploy.argv import environment, vllm_serve_flags
 from servekit.errors import ConfigError
 from servekit.profiles import Profile, load_profile
+from servekit.render import vllm_serve_args, vllm_serve_command
+from servekit.render.argv import environment, vllm_serve_flags
 
 M3 = "minimax-m3-mxfp8-8xa800"
 

@@ -13,10 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from servekit.deploy.control import health, liveness
-from servekit.deploy.docker_cli import docker_cli, docker_passthrough
-from servekit.deploy.stages import StageTracker
-from servekit.deploy.state import EngineState
+from servekit.runtime.control import health, liveness
+from servekit.runtime.docker_cli import docker_cli, docker_passthrough
+from servekit.runtime.stages import StageTracker
+from servekit.runtime.state import EngineState
 
 POLL_S = 0.5
 """How often the log, the engine and /health are looked at while waiting."""

@@ -21,9 +21,9 @@ from typing import Any
 
 import orjson
 
-from servekit.deploy.docker_cli import DOCKER_TIMEOUT_S, docker, is_gone, last_line
-from servekit.deploy.state import EngineState, group_alive, process_identity
 from servekit.errors import ConfigError, LaunchError
+from servekit.runtime.docker_cli import DOCKER_TIMEOUT_S, docker, is_gone, last_line
+from servekit.runtime.state import EngineState, group_alive, process_identity
 
 HEALTH_TIMEOUT_S = 2.0
 IDENTITY_TOLERANCE_S = 1.0

@@ -1,7 +1,7 @@
 """Build a profile's patched engine image (shell): fetch patches, write the context, run docker.
 
 `prepare_build` does everything up to the `docker build` command: it reads or
-downloads each patch, makes the plan (`servekit.deploy.image`) and writes the
+downloads each patch, makes the plan (`servekit.render.image`) and writes the
 context directory. `run_docker_build` runs that command with an argument list,
 never through a shell, and hands each line of docker's output to a callback as
 it arrives.
@@ -18,7 +18,9 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from servekit.client.download import fetch_bytes, is_http_url
-from servekit.deploy.image import (
+from servekit.errors import ConfigError, Interrupted, ServekitError
+from servekit.profiles.schema import Profile
+from servekit.render.image import (
     DOCKERFILE,
     ImagePlan,
     check_buildable,
@@ -26,8 +28,6 @@ from servekit.deploy.image import (
     docker_build_argv,
     plan_image,
 )
-from servekit.errors import ConfigError, Interrupted, ServekitError
-from servekit.profiles.schema import Profile
 
 DOWNLOAD_TIMEOUT_S = 30.0
 """Seconds a patch download may take to connect and between reads."""

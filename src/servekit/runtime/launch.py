@@ -26,14 +26,16 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from servekit.deploy._container import host_path, image, multi_node_error, resource_name
-from servekit.deploy.argv import host_flags, vllm_serve_args
-from servekit.deploy.control import liveness, stop_group
-from servekit.deploy.docker import docker_run_options
-from servekit.deploy.docker_cli import docker, ensure_image
-from servekit.deploy.follow import StartupOutcome
-from servekit.deploy.stages import STAGE_LABELS
-from servekit.deploy.state import (
+from servekit.errors import ConfigError, LaunchError
+from servekit.profiles.schema import Profile
+from servekit.render._container import host_path, image, multi_node_error, resource_name
+from servekit.render.argv import host_flags, vllm_serve_args
+from servekit.render.docker import docker_run_options
+from servekit.runtime.control import liveness, stop_group
+from servekit.runtime.docker_cli import docker, ensure_image
+from servekit.runtime.follow import StartupOutcome
+from servekit.runtime.stages import STAGE_LABELS
+from servekit.runtime.state import (
     EngineState,
     log_path,
     process_identity,
@@ -41,8 +43,6 @@ from servekit.deploy.state import (
     remove_state,
     write_state,
 )
-from servekit.errors import ConfigError, LaunchError
-from servekit.profiles.schema import Profile
 
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
 """The API server module; `python -m` of it works where the `vllm` script does not."""

@@ -9,16 +9,16 @@ on one host, `worker HEAD_ADDRESS` on each of the others.
 
 from __future__ import annotations
 
-from servekit.deploy import shell
-from servekit.deploy._container import header_lines
-from servekit.deploy._ray import (
+from servekit.profiles.schema import Profile
+from servekit.render import shell
+from servekit.render._container import header_lines
+from servekit.render._ray import (
     RAY_PORT,
     head_start_words,
     join_ray_function,
     wait_for_gpus_function,
 )
-from servekit.deploy.argv import environment, host_flags, vllm_serve_flags
-from servekit.profiles.schema import Profile
+from servekit.render.argv import environment, host_flags, vllm_serve_flags
 
 _CASE_INDENT = "    "  # the body of a `case` branch in the Ray script
 

@@ -17,10 +17,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from servekit.deploy._container import one_line
-from servekit.deploy.patches import FilteredPatch, filter_patch
 from servekit.errors import ConfigError
 from servekit.profiles.schema import Profile
+from servekit.render._container import one_line
+from servekit.render.patches import FilteredPatch, filter_patch
 
 IMAGE_DIR = "/opt/servekit"
 """Where the image keeps the apply script and, under `patches/`, the applied diffs."""

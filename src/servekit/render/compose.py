@@ -11,8 +11,9 @@ from typing import Any
 
 import yaml
 
-from servekit.deploy import shell
-from servekit.deploy._container import (
+from servekit.profiles.schema import Profile
+from servekit.render import shell
+from servekit.render._container import (
     CONTAINER_PORT,
     HEALTH_PATH,
     gpu_count,
@@ -22,8 +23,7 @@ from servekit.deploy._container import (
     published_port,
     resource_name,
 )
-from servekit.deploy.argv import environment, vllm_serve_args
-from servekit.profiles.schema import Profile
+from servekit.render.argv import environment, vllm_serve_args
 
 HEALTHCHECK_INTERVAL_S = 30
 HEALTHCHECK_TIMEOUT_S = 10

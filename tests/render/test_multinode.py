@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 import yaml
 
-from servekit.deploy import render, vllm_serve_args
-from servekit.deploy.argv import host_flags
 from servekit.errors import ConfigError
 from servekit.profiles import Profile, load_profile
+from servekit.render import render, vllm_serve_args
+from servekit.render.argv import host_flags
 
 BF16 = "minimax-m3-bf16-2x8xa800"
 HOSTILE_NAME = "x'; rm -rf / #$(id)"

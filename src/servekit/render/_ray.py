@@ -10,8 +10,8 @@ sees; a caller that hands it to Kubernetes still has to escape `$`.
 
 from __future__ import annotations
 
-from servekit.deploy import shell
 from servekit.profiles.schema import Profile
+from servekit.render import shell
 
 RAY_PORT = 6379
 """Port of the Ray head (Ray's default GCS port)."""

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 import yaml
 
-from servekit.deploy import render, vllm_serve_args
 from servekit.errors import ConfigError
 from servekit.profiles import Profile, load_profile
+from servekit.render import render, vllm_serve_args
 
 M3 = "minimax-m3-mxfp8-8xa800"
 

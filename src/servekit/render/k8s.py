@@ -13,9 +13,10 @@ from typing import Any
 
 import yaml
 
-from servekit.deploy import shell
-from servekit.deploy._container import header_lines, resource_name
-from servekit.deploy._k8s_pod import (
+from servekit.profiles.schema import Profile
+from servekit.render import shell
+from servekit.render._container import header_lines, resource_name
+from servekit.render._k8s_pod import (
     app_labels,
     app_selector,
     engine_container,
@@ -24,9 +25,8 @@ from servekit.deploy._k8s_pod import (
     pod_volumes,
     service_ports,
 )
-from servekit.deploy.argv import vllm_serve_args
-from servekit.deploy.lws import lws_documents, render_lws
-from servekit.profiles.schema import Profile
+from servekit.render.argv import vllm_serve_args
+from servekit.render.lws import lws_documents, render_lws
 
 __all__ = ["k8s_documents", "k8s_quantity", "render_k8s"]
 

@@ -1,0 +1,73 @@
+"""What a load test sends and what a point produced (core): plain value types.
+
+`BenchSpec` (the run), `PointSpec` (one load level), `Planned` (one request to send) and
+`PointOutcome` (a finished point). They live apart from the runner so prompt sizing, the
+worker pool and the CLI can name them without importing the asyncio runner.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from servekit.records import RequestRecord
+from servekit.workload.datasets import LengthSpec, PromptItem
+
+
+@dataclass(frozen=True, slots=True)
+class BenchSpec:
+    """What to send and where."""
+
+    base_url: str
+    model: str
+    api: str = "chat"
+    input_len: int = 1024
+    output_len: int = 128
+    temperature: float = 0.0
+    requests_per_point: int = 64
+    warmup: int = 0
+    seed: int = 0
+    headers: dict[str, str] = field(default_factory=dict)
+    chat_template_kwargs: dict[str, Any] | None = None
+    timeout_s: float = 600.0
+    input_dist: LengthSpec | None = None  # overrides input_len when set
+    output_dist: LengthSpec | None = None  # overrides output_len when set
+    dataset: tuple[PromptItem, ...] | None = None  # prompts from a file instead of synthetic
+    shared_prefix: int = 0  # tokens every synthetic prompt starts with (prefix caching)
+    tokenizer: str | None = None  # local tokenizer.json when the server has no /tokenize
+    duration_per_point_s: float | None = None  # a point also ends when this much time passed
+    tools: tuple[dict[str, Any], ...] = ()  # OpenAI tool definitions sent with chat requests
+    workers: int = 1  # processes that send the load (records merge in this one)
+    min_tokens: bool = False  # also pin the length with min_tokens (servers without ignore_eos)
+    metrics_interval_s: float = 0.25  # /metrics sampling during a point; 0: before/after only
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """One request to send: its body and the output length it must produce."""
+
+    body: dict[str, Any]
+    output_len: int
+
+
+@dataclass(frozen=True, slots=True)
+class PointSpec:
+    """One load level."""
+
+    label: str
+    concurrency: int | None = None
+    rate_rps: float | None = None
+    arrival: str = "poisson"  # poisson | gamma:SHAPE | constant
+    max_concurrency: int | None = None
+    requests: int | None = None  # this point's request count [BenchSpec.requests_per_point]
+
+
+@dataclass(frozen=True, slots=True)
+class PointOutcome:
+    """A finished point: its records and the server's view of it."""
+
+    spec: PointSpec
+    records: list[RequestRecord]
+    server: dict[str, object]
+    warnings: list[str]
+    client: dict[str, object] = field(default_factory=dict)
