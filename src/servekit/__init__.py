@@ -1,4 +1,4 @@
-"""servekit: plan, launch, validate and load-test LLMs served by vLLM."""
+"""servekit: plan, launch, validate and load-test LLMs served by vLLM (core)."""
 
 from importlib.metadata import PackageNotFoundError, version
 

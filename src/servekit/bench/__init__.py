@@ -1,1 +1,1 @@
-"""Load testing: the record store now; the runner and metrics scraper later."""
+"""Load testing (shell): the runner, metrics scraper, prompt sizing and the record store."""

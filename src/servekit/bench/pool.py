@@ -1,4 +1,4 @@
-"""Send a point's load from several processes (`servekit bench --workers N`), shell.
+"""Send a point's load from several processes, `servekit bench --workers N` (shell).
 
 One client core drives about 90-100k output tokens/s (benchmarks/README.md). Past that the
 client, not the server, is the bottleneck and `certify` marks the point invalid. A

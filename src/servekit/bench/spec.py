@@ -8,7 +8,7 @@ worker pool and the CLI can name them without importing the asyncio runner.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from servekit.records import RequestRecord
 from servekit.workload.datasets import LengthSpec, PromptItem
@@ -71,3 +71,14 @@ class PointOutcome:
     server: dict[str, object]
     warnings: list[str]
     client: dict[str, object] = field(default_factory=dict)
+
+
+class ProgressSink(Protocol):
+    """What a load test reports while it runs (a live display, or nothing): a point begins,
+    a request ends. Injected by the caller so the runner draws nothing itself."""
+
+    def start_point(self, label: str, total: int) -> None:
+        """A point of `total` requests begins."""
+
+    def record(self, record: RequestRecord) -> None:
+        """One request of the current point ended."""

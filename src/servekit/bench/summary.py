@@ -16,10 +16,9 @@ import aiohttp
 from servekit.analyze.summarize import Slo, point_metrics, point_to_json, summary_document
 from servekit.bench.pool import WorkerPool
 from servekit.bench.runner import Progress, run_points
-from servekit.bench.spec import BenchSpec, PointOutcome, PointSpec
+from servekit.bench.spec import BenchSpec, PointOutcome, PointSpec, ProgressSink
 from servekit.bench.store import RecordWriter, write_summary, write_summary_tables
 from servekit.errors import EndpointError, Interrupted, ServekitError
-from servekit.report.live import LiveProgress
 
 
 def redact_url(url: str) -> str:
@@ -157,7 +156,7 @@ def run_bench(
     *,
     version: str,
     slo: Slo | None = None,
-    live: LiveProgress | None = None,
+    live: ProgressSink | None = None,
     profile: str | None = None,
     command: list[str] | None = None,
 ) -> tuple[dict[str, object], ServekitError | None]:

@@ -1,4 +1,4 @@
-"""Turn `servekit bench` options (and an optional profile) into a BenchSpec and its points."""
+"""`servekit bench` options (and a profile) as a BenchSpec and its points (shell)."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from servekit.doctor.log_analysis import analyze_log
 from servekit.errors import Interrupted
 from servekit.profiles import load_profile
 from servekit.report.log_view import print_analysis
-from servekit.report.startup_view import follow_with_progress, print_ready, print_started
+from servekit.report.startup_view import print_ready, print_started, stage_progress
 from servekit.runtime.control import served_models
 from servekit.runtime.follow import wait_until_ready
 from servekit.runtime.launch import RUNTIMES, not_ready_error, start_engine
@@ -75,7 +75,8 @@ def up_command(
         if as_json:
             outcome = wait_until_ready(state, timeout_s=limit, on_stage=lambda *_: None)
         else:
-            outcome = follow_with_progress(console, state, limit)
+            with stage_progress(console) as on_stage:
+                outcome = wait_until_ready(state, timeout_s=limit, on_stage=on_stage)
     except KeyboardInterrupt:
         raise Interrupted(f"stopped following; {prof.name} keeps starting",
                           fix=f"servekit status/logs/down {prof.name}") from None  # fmt: skip

@@ -1,1 +1,1 @@
-"""The only HTTP client: SSE parsing (pure), OpenAI stream interpretation, timed requests."""
+"""The only HTTP client (shell): SSE parsing, OpenAI stream interpretation, timed requests."""

@@ -1,4 +1,4 @@
-"""Check a machine and a profile before launching, and read engine logs (DESIGN.md 2-3).
+"""Check a machine and a profile before launching, and read engine logs (shell).
 
 Core: `log_analysis` (a startup or crash log -> figures, failures, known issues) and
 `findings` (profile x machine facts x knowledge base -> findings with severity and fix).

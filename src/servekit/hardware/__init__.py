@@ -1,4 +1,4 @@
-"""GPU catalog (data + loader): per-GPU memory, bandwidth and compute facts with sources."""
+"""GPU catalog (core: packaged data + loader): per-GPU memory, bandwidth and compute facts."""
 
 from servekit.hardware.catalog import gpu_names, load_catalog, lookup_gpu
 

@@ -1,4 +1,4 @@
-"""Load and query the GPU catalog data file (shell: reads the packaged YAML once)."""
+"""Load and query the GPU catalog (core: the packaged YAML, read once, is program data)."""
 
 from __future__ import annotations
 

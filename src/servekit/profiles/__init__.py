@@ -1,4 +1,4 @@
-"""Deployment profiles: built-in YAML data, user profiles, `extends:` merging, validation."""
+"""Deployment profiles (shell): built-in YAML data, user profiles, `extends:`, validation."""
 
 from servekit.profiles.loader import (
     ProfileRef,

@@ -1,4 +1,4 @@
-"""Profile file schema (edge validation with pydantic, extra keys forbidden).
+"""Profile file schema (core: edge validation with pydantic, extra keys forbidden).
 
 A profile is the whole deployment as data: model facts, hardware, engine image,
 vLLM serve arguments in vLLM's spelling, environment, speculative decoding,

@@ -1,1 +1,1 @@
-"""Reports: terminal tables now; Markdown, HTML and plots later."""
+"""Reports (shell): terminal views, Markdown, self-contained HTML and PNG plots."""

@@ -1,4 +1,4 @@
-"""`servekit doctor` for people (rich): one line per finding, its evidence and fix."""
+"""`servekit doctor` for people (view, rich): one line per finding, its evidence and fix."""
 
 from __future__ import annotations
 

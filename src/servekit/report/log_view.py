@@ -1,4 +1,4 @@
-"""A vLLM log's analysis for people (rich): capacity figures, failures, known issues."""
+"""A vLLM log's analysis for people (view, rich): capacity figures, failures, known issues."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Terminal view of a memory plan (core: builds rich renderables, prints nothing)."""
+"""Terminal view of a memory plan (view: builds rich renderables, prints nothing)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,9 @@
-"""`servekit up`'s display (rich): the start line, a progress bar over stages, readiness."""
+"""`servekit up`'s display (view, rich): the start line, a progress bar over stages, readiness."""
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
 
 from rich.console import Console
 from rich.markup import escape
@@ -9,7 +12,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from servekit.doctor.log_analysis import LogAnalysis
 from servekit.render.shell import quote_words
 from servekit.report.log_view import capacity_lines
-from servekit.runtime.follow import StartupOutcome, wait_until_ready
+from servekit.runtime.follow import StartupOutcome
 from servekit.runtime.stages import STAGE_LABELS, STAGES
 from servekit.runtime.state import EngineState
 
@@ -24,8 +27,11 @@ def print_started(console: Console, state: EngineState) -> None:
     console.print(f"[dim]{escape(quote_words(state.argv))}[/dim]")
 
 
-def follow_with_progress(console: Console, state: EngineState, timeout_s: float) -> StartupOutcome:
-    """Wait for readiness, showing each stage reached with its time and a progress bar."""
+@contextlib.contextmanager
+def stage_progress(console: Console) -> Iterator[Callable[[str, float], None]]:
+    """A progress bar over the startup stages; yields the `on_stage(stage, elapsed_s)` callback
+    that advances it and prints each stage reached with its time. Draws only: the caller
+    follows the engine and calls the callback."""
     with Progress(
         SpinnerColumn(),
         TextColumn("{task.description}"),
@@ -40,7 +46,7 @@ def follow_with_progress(console: Console, state: EngineState, timeout_s: float)
             progress.update(task, completed=STAGES.index(stage), description=STAGE_LABELS[stage])
             progress.console.print(f"  [{elapsed:7.1f} s] {STAGE_LABELS[stage]}")
 
-        return wait_until_ready(state, timeout_s=timeout_s, on_stage=on_stage)
+        yield on_stage
 
 
 def print_ready(

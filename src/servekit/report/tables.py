@@ -1,4 +1,4 @@
-"""Terminal tables of run summaries (core: builds rich renderables, prints nothing)."""
+"""Terminal tables of run summaries (view: builds rich renderables, prints nothing)."""
 
 from __future__ import annotations
 

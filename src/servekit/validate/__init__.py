@@ -1,1 +1,1 @@
-"""`servekit validate`: the functional gate for an OpenAI-compatible endpoint."""
+"""`servekit validate` (shell): the functional gate for an OpenAI-compatible endpoint."""

@@ -1,4 +1,4 @@
-"""OpenAI tool definitions read from a file (pure)."""
+"""OpenAI tool definitions parsed from a file's text (core)."""
 
 from __future__ import annotations
 
