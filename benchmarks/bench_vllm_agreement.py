@@ -7,7 +7,8 @@ the same workload. Two loads:
 - open: 1024-token prompts, 64 tokens out, 3 requests/s with near-constant arrivals
   (the load tests/engine/test_engine_agreement.py asserts);
 - closed: the same prompts at concurrency 4 (the server saturated).
-Prints every round and the pooled ratios servekit / vLLM of output throughput and mean TTFT.
+Prints every round, the pooled ratios servekit / vLLM of output throughput and mean TTFT,
+and each tool's pooled TTFT offset above the engine's own histogram (ms).
 
 Run: .venv/bin/python benchmarks/bench_vllm_agreement.py [open|closed] [ROUNDS]
 """
@@ -27,13 +28,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "engine"))
-from agreement import Load, pooled_ratios, run_rounds  # noqa: E402
+from agreement import Load, pooled_offsets_ms, pooled_ratios, run_rounds  # noqa: E402
 
 TASKSET = shutil.which("taskset") or "taskset"
 LOADS = {
     "open": Load(requests=60, input_len=1024, output_len=64, rate=3.0),
     "open-long": Load(requests=60, input_len=1900, output_len=64, rate=3.0),
     "closed": Load(requests=100, input_len=1024, output_len=64, concurrency=4),
+    "closed8": Load(requests=100, input_len=1024, output_len=64, concurrency=8),
 }
 
 
@@ -72,9 +74,14 @@ def main() -> None:
             print(f"{name} round {seed}: prompt {r.prompt_tokens} tokens; servekit "
                   f"{r.servekit_tok_s:.0f} tok/s, TTFT {r.servekit_ttft_ms:.1f} ms "
                   f"(engine {r.server_ttft_ms_servekit:.1f}); vllm {r.vllm_tok_s:.0f} tok/s, "
-                  f"TTFT {r.vllm_ttft_ms:.1f} ms (engine {r.server_ttft_ms_vllm:.1f})")  # fmt: skip
+                  f"TTFT {r.vllm_ttft_ms:.1f} ms (engine {r.server_ttft_ms_vllm:.1f}); offsets "
+                  f"servekit {r.servekit_offset_ms:+.2f} ms, vllm {r.vllm_offset_ms:+.2f} ms; "
+                  f"servekit from t0 {r.servekit_reported_ttft_ms:.1f} ms")  # fmt: skip
         tput, ttft = pooled_ratios(done)
-        print(f"{name}: pooled ratios servekit/vllm: throughput {tput:.3f}, TTFT {ttft:.3f}")
+        ours, theirs = pooled_offsets_ms(done)
+        print(f"{name}: pooled ratios servekit/vllm: throughput {tput:.3f}, TTFT {ttft:.3f}; "
+              f"pooled offsets over the engine's TTFT: servekit {ours:+.2f} ms, "
+              f"vllm {theirs:+.2f} ms")  # fmt: skip
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)

@@ -64,6 +64,17 @@ class Round:
     vllm_ttft_ms: float
     server_ttft_ms_servekit: float
     server_ttft_ms_vllm: float
+    servekit_reported_ttft_ms: float  # servekit's own figure, from t0 (the write), DESIGN 5
+
+    @property
+    def servekit_offset_ms(self) -> float:
+        """servekit's TTFT (from the scheduled time) minus the engine's own, this round."""
+        return self.servekit_ttft_ms - self.server_ttft_ms_servekit
+
+    @property
+    def vllm_offset_ms(self) -> float:
+        """vLLM's tool's mean TTFT minus the engine's own, this round."""
+        return self.vllm_ttft_ms - self.server_ttft_ms_vllm
 
 
 def _metrics(url: str) -> str:
@@ -116,8 +127,9 @@ def _vllm(url: str, model: Path, served: str, load: Load, seed: int, workdir: Pa
 
 
 def _servekit(url: str, load: Load, seen: int, seed: int, workdir: Path,
-              pin: list[str]) -> tuple[float, float, float]:  # fmt: skip
-    """Run servekit bench: output tok/s, mean TTFT from the scheduled time, engine TTFT."""
+              pin: list[str]) -> tuple[float, float, float, float]:  # fmt: skip
+    """Run servekit bench: output tok/s, mean TTFT from the scheduled time, engine TTFT, and
+    the mean TTFT servekit reports (from t0)."""
     engine_before = server_ttft(url)
     shape = (["--rate", str(load.rate), "--arrival", f"gamma:{BURSTINESS}",
               "--max-concurrency", "16"] if load.rate else
@@ -133,7 +145,7 @@ def _servekit(url: str, load: Load, seen: int, seed: int, workdir: Path,
     engine = _mean_ms(engine_before, server_ttft(url))
     point = json.loads(done.stdout)["points"][0]
     ttft_ns = statistics.mean((r.first_token_ns or 0) - r.scheduled_ns for r in read_records(out))
-    return point["output_throughput_tok_s"], ttft_ns / 1e6, engine
+    return point["output_throughput_tok_s"], ttft_ns / 1e6, engine, point["ttft_ms"]["mean"]
 
 
 def run_round(
@@ -145,12 +157,12 @@ def run_round(
     order keeps a drift within rounds from favouring either tool."""
     if seen is None:
         theirs, seen, engine_theirs = _vllm(url, model, served, load, seed, workdir, pin)
-        tok_s, ttft, engine_ours = _servekit(url, load, seen, seed, workdir, pin)
+        tok_s, ttft, engine_ours, reported = _servekit(url, load, seen, seed, workdir, pin)
     else:
-        tok_s, ttft, engine_ours = _servekit(url, load, seen, seed, workdir, pin)
+        tok_s, ttft, engine_ours, reported = _servekit(url, load, seen, seed, workdir, pin)
         theirs, seen, engine_theirs = _vllm(url, model, served, load, seed, workdir, pin)
     return Round(seen, tok_s, ttft, theirs["output_throughput"], theirs["mean_ttft_ms"],
-                 engine_ours, engine_theirs)  # fmt: skip
+                 engine_ours, engine_theirs, reported)  # fmt: skip
 
 
 def run_rounds(
@@ -170,3 +182,16 @@ def pooled_ratios(rounds: list[Round]) -> tuple[float, float]:
     tput = mean(r.servekit_tok_s for r in rounds) / mean(r.vllm_tok_s for r in rounds)
     ttft = mean(r.servekit_ttft_ms for r in rounds) / mean(r.vllm_ttft_ms for r in rounds)
     return tput, ttft
+
+
+def pooled_offsets_ms(rounds: list[Round]) -> tuple[float, float]:
+    """Each tool's mean TTFT minus the engine's own for its requests, pooled over rounds:
+    (servekit, vLLM's tool), in milliseconds. The engine's histogram is the truth both
+    clients are held to; the offset is their fixed cost (HTTP, the API server's output path,
+    the client's own loop), which does not scale with the engine's speed."""
+    mean = statistics.mean
+    ours = mean(r.servekit_ttft_ms for r in rounds) - mean(
+        r.server_ttft_ms_servekit for r in rounds
+    )
+    theirs = mean(r.vllm_ttft_ms for r in rounds) - mean(r.server_ttft_ms_vllm for r in rounds)
+    return ours, theirs

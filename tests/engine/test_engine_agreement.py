@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from agreement import Load, pooled_ratios, run_rounds
+from agreement import Load, pooled_offsets_ms, pooled_ratios, run_rounds
 
 pytestmark = [pytest.mark.vllm, pytest.mark.integration, pytest.mark.slow]
 
@@ -31,26 +31,28 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / ".artifacts" / "engine"
 LOAD = Load(requests=60, input_len=1024, output_len=64, rate=3.0)
 ROUNDS = 6
 BOUND = 0.10
+MARGIN_MS = 1.0
 
 
-def test_throughput_and_ttft_agree_with_vllm_bench_serve(
+def test_throughput_and_ttft_offset_agree_with_vllm_bench_serve(
     vllm_measured: Any, target_model: Path, tmp_path: Path
 ) -> None:
-    """Output throughput and mean TTFT within 10% of vLLM's own tool, pooled over rounds."""
+    """Output throughput within 10% of vLLM's own tool pooled over rounds, and servekit's
+    TTFT no further above the engine's own histogram than vLLM's tool's is (plus a margin
+    sized from the measured spread of that offset)."""
     pin = ["taskset", "-c", "0"]
     rounds = run_rounds(vllm_measured.url, target_model, "tiny-m3", LOAD, ROUNDS, tmp_path, pin)
     tput, ttft = pooled_ratios(rounds)
+    ours, theirs = pooled_offsets_ms(rounds)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     (ARTIFACTS / "bench-agreement.json").write_text(json.dumps({
         "load": asdict(LOAD), "rounds": [asdict(r) for r in rounds],
         "pooled_ratio_throughput": tput, "pooled_ratio_ttft": ttft,
+        "pooled_offset_ms_servekit": ours, "pooled_offset_ms_vllm": theirs,
     }, indent=2))  # fmt: skip
     assert all(r.prompt_tokens > 900 for r in rounds)
     assert abs(tput - 1) <= BOUND, rounds
-    assert abs(ttft - 1) <= BOUND, rounds
-    # Each tool's TTFT also agrees with the engine's own histogram for its requests.
-    for client, server in (("servekit_ttft_ms", "server_ttft_ms_servekit"),
-                           ("vllm_ttft_ms", "server_ttft_ms_vllm")):  # fmt: skip
-        measured = sum(getattr(r, client) for r in rounds)
-        engine = sum(getattr(r, server) for r in rounds)
-        assert abs(measured / engine - 1) <= BOUND, (client, rounds)
+    # A client sees the first token after the engine made it: both offsets are positive.
+    assert ours > 0, rounds
+    assert theirs > 0, rounds
+    assert ours <= theirs + MARGIN_MS, (ours, theirs, rounds)
