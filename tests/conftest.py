@@ -1,7 +1,9 @@
-"""Shared fixtures: live simulators and test server scripts on free loopback ports."""
+"""Shared fixtures: live simulators and test server scripts on free loopback ports, and the
+golden-file comparison."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -14,6 +16,7 @@ import pytest
 
 PROFILE = "minimax-m3-mxfp8-8xa800"
 StartServer = Callable[..., tuple["subprocess.Popen[bytes]", str]]
+UPDATE_GOLDEN = os.environ.get("SERVEKIT_UPDATE_GOLDEN") == "1"
 
 
 def free_port() -> int:
@@ -106,3 +109,19 @@ def start_server() -> Iterator[StartServer]:
     yield start
     for proc in started:
         stop(proc)
+
+
+def check_golden(text: str, golden: Path) -> None:
+    """Assert `text` equals the golden file byte for byte; with SERVEKIT_UPDATE_GOLDEN=1,
+    write the file first (then review the diff by eye)."""
+    if UPDATE_GOLDEN:
+        golden.parent.mkdir(parents=True, exist_ok=True)
+        golden.write_text(text, encoding="utf-8")
+    assert golden.is_file(), f"{golden.name} is missing; run with SERVEKIT_UPDATE_GOLDEN=1"
+    assert text == golden.read_text(encoding="utf-8")
+
+
+@pytest.fixture
+def golden() -> Callable[[str, Path], None]:
+    """The golden-file comparison (`check_golden`) for tests of rendered text."""
+    return check_golden

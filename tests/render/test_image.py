@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -36,7 +37,6 @@ from servekit.render.patches import classify_path, filter_patch
 
 DATA = Path(__file__).parent / "data"
 GOLDEN_DIR = Path(__file__).parent / "golden"
-UPDATE = os.environ.get("SERVEKIT_UPDATE_GOLDEN") == "1"
 PATCHED = "minimax-m3-mxfp8-8xa800-v0251-patched"
 PR_NAME = "vllm-pr-49149"
 TOPK = "vllm/model_executor/layers/sparse_attention/topk_index.py"
@@ -188,18 +188,14 @@ def test_package_file_without_git_prefixes_is_refused() -> None:
         filter_patch(PR_NAME, "x.diff", text)
 
 
-def test_dockerfile_matches_golden_file() -> None:
+def test_dockerfile_matches_golden_file(golden: Callable[[str, Path], None]) -> None:
     """The built-in patched profile's Dockerfile renders byte-for-byte as its golden file."""
     plan = _patched_profile_plan(_diff("pr-python-only.diff"))
     for name, text in (
         (f"image.{PATCHED}.Dockerfile", render_dockerfile(plan)),
         (f"image.{PATCHED}.{APPLY_SCRIPT}", context_files(plan)[APPLY_SCRIPT]),
     ):
-        golden = GOLDEN_DIR / name
-        if UPDATE:
-            golden.write_text(text, encoding="utf-8")
-        assert golden.is_file(), f"{name} is missing; run with SERVEKIT_UPDATE_GOLDEN=1"
-        assert text == golden.read_text(encoding="utf-8")
+        golden(text, GOLDEN_DIR / name)
 
 
 def test_context_holds_filtered_patches_and_manifest() -> None:

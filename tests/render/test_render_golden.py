@@ -7,7 +7,7 @@ then review the diff by eye.
 
 from __future__ import annotations
 
-import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,7 +19,6 @@ from servekit.render import TARGETS, render
 from servekit.render._container import MULTI_NODE_TARGETS
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
-UPDATE = os.environ.get("SERVEKIT_UPDATE_GOLDEN") == "1"
 
 # Loaded by path, so a user profile of the same name on SERVEKIT_PROFILE_PATH cannot shadow it.
 BUILTINS = sorted(path.stem for path in BUILTIN_DIR.glob("*.yaml"))
@@ -46,14 +45,12 @@ REFUSED = [
 
 
 @pytest.mark.parametrize(("profile_name", "target"), RENDERED)
-def test_rendering_matches_golden_file(profile_name: str, target: str) -> None:
+def test_rendering_matches_golden_file(
+    profile_name: str, target: str, golden: Callable[[str, Path], None]
+) -> None:
     """Each built-in profile renders byte-for-byte as its reviewed golden file."""
     text = render(_builtin(profile_name), target)
-    golden = GOLDEN_DIR / f"{profile_name}.{target}.txt"
-    if UPDATE:
-        golden.write_text(text, encoding="utf-8")
-    assert golden.is_file(), f"{golden.name} is missing; run with SERVEKIT_UPDATE_GOLDEN=1"
-    assert text == golden.read_text(encoding="utf-8")
+    golden(text, GOLDEN_DIR / f"{profile_name}.{target}.txt")
 
 
 @pytest.mark.parametrize(("profile_name", "target"), REFUSED)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import time
 from types import TracebackType
 
 from rich.console import Console
@@ -15,13 +14,15 @@ from servekit.records import RequestRecord
 class LiveProgress:
     """One progress bar per load point: requests done, output tok/s so far, errors."""
 
-    def __init__(self, *, enabled: bool = True) -> None:
+    def __init__(self, *, enabled: bool = True, console: Console | None = None) -> None:
+        """Draw on `console` (default: a new one on stderr). Elapsed time comes from the
+        console's clock (`Console(get_time=...)`), so a fixed clock gives a fixed display."""
         self._progress = Progress(
             TextColumn("{task.description:>12}"),
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn("{task.fields[rate]:>10} tok/s  errors {task.fields[errors]}"),
-            console=Console(file=sys.stderr),
+            console=console or Console(file=sys.stderr),
             disable=not enabled,
             transient=False,
         )
@@ -33,7 +34,7 @@ class LiveProgress:
     def start_point(self, label: str, total: int) -> None:
         """Begin a new bar for a point of `total` requests."""
         self._tokens = self._errors = 0
-        self._start = time.monotonic()
+        self._start = self._progress.get_time()
         self._task = self._progress.add_task(label, total=total, rate="-", errors=0)
 
     def record(self, record: RequestRecord) -> None:
@@ -42,7 +43,7 @@ class LiveProgress:
             return
         self._tokens += record.output_tokens
         self._errors += 0 if record.ok else 1
-        elapsed = max(time.monotonic() - self._start, 1e-9)
+        elapsed = max(self._progress.get_time() - self._start, 1e-9)
         self._progress.update(
             self._task, advance=1, rate=f"{self._tokens / elapsed:,.0f}", errors=self._errors
         )
