@@ -14,22 +14,18 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import random
-from pathlib import Path
 
 from servekit.analyze.summarize import point_metrics
 from servekit.profiles import load_profile
 from servekit.profiles.schema import Profile
+from servekit.reference import SEED_TABLE
 from servekit.sim.build import build_engine
 from servekit.sim.fit import BOUNDS, search
 from servekit.sim.offline import LoadPoint, run_point
 from servekit.sim.params import AcceptanceParams, StepTimeParams
 
-SEED = json.loads(
-    (Path(__file__).resolve().parents[2] / "shared" / "reference" / "seed.json").read_text()
-)
-TABLE = {p["concurrency"]: p for p in SEED["throughput_with_eagle3"]["points"]}
+TABLE = {p.concurrency: p for p in SEED_TABLE}
 ON = load_profile("minimax-m3-mxfp8-8xa800")
 OFF = load_profile("minimax-m3-mxfp8-8xa800-no-eagle3")
 
@@ -78,8 +74,8 @@ def evaluate(cand: Candidate, requests: int = 64) -> tuple[float, list[str]]:
         off[c] = measure(OFF, cand, c, 0.7, n)
     for c, row in TABLE.items():
         tput, lat = on[c][0], on[c][1]
-        et = tput / row["output_throughput_tok_s"] - 1
-        el = lat / row["avg_latency_s"] - 1
+        et = tput / row.output_throughput_tok_s - 1
+        el = lat / row.avg_latency_s - 1
         loss += (
             0.2 * (et * et + el * el) + 10 * max(0, abs(et) - 0.08) + 10 * max(0, abs(el) - 0.08)
         )

@@ -16,18 +16,14 @@ import pytest
 
 from servekit.analyze.summarize import PointMetrics, point_metrics
 from servekit.profiles import load_profile
+from servekit.reference import SEED_TABLE
 from servekit.sim.build import build_engine, profile_acceptance
 from servekit.sim.offline import LoadPoint, run_point
 
 ON = "minimax-m3-mxfp8-8xa800"
 OFF = "minimax-m3-mxfp8-8xa800-no-eagle3"
 SEED_FILE = Path(__file__).resolve().parents[3] / "shared" / "reference" / "seed.json"
-TABLE = [
-    (1, 83.0, 1.54),
-    (4, 209.8, 2.38),
-    (16, 400.0, 4.94),
-    (128, 924.3, 16.90),
-]
+TABLE = [(p.concurrency, p.output_throughput_tok_s, p.avg_latency_s) for p in SEED_TABLE]
 
 
 @cache
