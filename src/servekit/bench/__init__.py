@@ -1,1 +1,1 @@
-"""Load testing: the record store now; the runner and metrics scraper later."""
+"""Load testing (shell): runner, worker pool, metrics scraper, prompt sizing, record store."""

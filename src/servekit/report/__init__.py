@@ -1,1 +1,1 @@
-"""Reports: terminal tables now; Markdown, HTML and plots later."""
+"""Reports (core views, shell writers): terminal tables, Markdown and HTML reports, plots."""
