@@ -14,23 +14,18 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import math
 import random
-from pathlib import Path
 
 from servekit.analyze.summarize import point_metrics
 from servekit.profiles import load_profile
 from servekit.profiles.schema import Profile
+from servekit.reference import SEED_TABLE
 from servekit.sim.build import build_engine
-from servekit.sim.fit import BOUNDS
+from servekit.sim.fit import BOUNDS, search
 from servekit.sim.offline import LoadPoint, run_point
 from servekit.sim.params import AcceptanceParams, StepTimeParams
 
-SEED = json.loads(
-    (Path(__file__).resolve().parents[2] / "shared" / "reference" / "seed.json").read_text()
-)
-TABLE = {p["concurrency"]: p for p in SEED["throughput_with_eagle3"]["points"]}
+TABLE = {p.concurrency: p for p in SEED_TABLE}
 ON = load_profile("minimax-m3-mxfp8-8xa800")
 OFF = load_profile("minimax-m3-mxfp8-8xa800-no-eagle3")
 
@@ -79,8 +74,8 @@ def evaluate(cand: Candidate, requests: int = 64) -> tuple[float, list[str]]:
         off[c] = measure(OFF, cand, c, 0.7, n)
     for c, row in TABLE.items():
         tput, lat = on[c][0], on[c][1]
-        et = tput / row["output_throughput_tok_s"] - 1
-        el = lat / row["avg_latency_s"] - 1
+        et = tput / row.output_throughput_tok_s - 1
+        el = lat / row.avg_latency_s - 1
         loss += (
             0.2 * (et * et + el * el) + 10 * max(0, abs(et) - 0.08) + 10 * max(0, abs(el) - 0.08)
         )
@@ -148,31 +143,32 @@ def main() -> None:
         "--from-profile", action="store_true", help="search around the profile's current values"
     )
     args = parser.parse_args()
-    rng = random.Random(args.seed)
-    best: Candidate | None = None
-    best_loss = math.inf
+    start = None
     if args.from_profile and ON.simulator is not None:
         sim = ON.simulator
-        best = Candidate(
-            dict(sim.step.model_dump()),
+        start = Candidate(
+            dataclasses.asdict(sim.step),
             list(sim.acceptance[0.7]),
             list(sim.acceptance[0.0]),
-            sim.input_len,
+            sim.input_len or INPUT_LENS[0],
         )
-        best_loss, _ = evaluate(best)
-        print(f"start: loss {best_loss:.4f}", flush=True)
-    for i in range(args.iterations):
-        if best is None or (i < args.iterations // 4 and not args.from_profile):
-            cand = random_candidate(rng)
-        else:
-            cand = perturb(best, rng, 0.05 if i < args.iterations * 3 // 4 else 0.015)
-        if not plausible(cand):
-            continue
-        loss, _ = evaluate(cand)
-        if loss < best_loss:
-            best, best_loss = cand, loss
-            print(f"{i}: loss {loss:.4f}", flush=True)
-    assert best is not None
+
+    def improved(i: int | None, loss: float) -> None:
+        print(f"{'start' if i is None else i}: loss {loss:.4f}", flush=True)
+
+    found = search(
+        evaluate,
+        draw=random_candidate,
+        perturb=perturb,
+        iterations=args.iterations,
+        rng=random.Random(args.seed),
+        start=start,
+        explore=not args.from_profile,
+        admissible=plausible,
+        on_improve=improved,
+    )
+    assert found is not None
+    best = found.best
     loss, report = evaluate(best, requests=256)
     print(f"final loss (256 requests per point): {loss:.4f}")
     print("\n".join(report))

@@ -62,7 +62,7 @@ IO_METHODS = {
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"errors"}),  # the error tree
     frozenset({"servekit", "units", "lines"}),  # version, units, line search
-    frozenset({"specs", "records"}),  # shared values
+    frozenset({"specs", "records", "reference"}),  # shared values, the seed figures
     frozenset({"profiles", "hardware", "kb"}),  # data and its loaders
     frozenset({"plan", "workload", "analyze", "render"}),  # pure models
     frozenset({"doctor", "sim", "client"}),  # checks, the simulator, the one HTTP seam

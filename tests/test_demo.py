@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from servekit.reference import SEED_TABLE
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-SEED = {1: (83.0, 1.54), 4: (209.8, 2.38), 16: (400.0, 4.94), 128: (924.3, 16.90)}
+SEED = {p.concurrency: (p.output_throughput_tok_s, p.avg_latency_s) for p in SEED_TABLE}
 
 
 def _sim_servers() -> list[str]:

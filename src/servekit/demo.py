@@ -30,19 +30,14 @@ from servekit.errors import ChecksFailed, SimulationError
 from servekit.hardware import lookup_gpu
 from servekit.plan import make_plan, plan_inputs
 from servekit.profiles import Profile, load_profile
+from servekit.reference import REFERENCE_PROFILE, SEED_TABLE
 from servekit.render.targets import render
 from servekit.report.build import write_report
 from servekit.validate.context import ValidateSpec
 from servekit.validate.runner import run_checks, validate_document
 
-PROFILE = "minimax-m3-mxfp8-8xa800"
+PROFILE = REFERENCE_PROFILE
 NO_EAGLE3 = f"{PROFILE}-no-eagle3"
-SEED_TABLE = (  # the deployment's reported figures (shared/reference/seed.json)
-    (1, 83.0, 1.54),
-    (4, 209.8, 2.38),
-    (16, 400.0, 4.94),
-    (128, 924.3, 16.90),
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +143,8 @@ def deployment_table(run: dict[str, Any]) -> list[str]:
     """The deployment's table (concurrency, tok/s, mean latency) beside its figures."""
     by_c = {p["concurrency"]: p for p in run["points"]}
     lines = ["concurrency | throughput tok/s (deployment) | mean latency s (deployment) | diff"]
-    for c, tput, lat in SEED_TABLE:
+    for row in SEED_TABLE:
+        c, tput, lat = row.concurrency, row.output_throughput_tok_s, row.avg_latency_s
         p = by_c.get(c)
         if p is None:
             continue

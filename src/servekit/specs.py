@@ -1,37 +1,60 @@
-"""Shared domain values (core): model architecture, draft model, GPU and quantization facts.
+"""Shared domain values (core): model architecture, draft model, GPU and step-time facts.
 
-These are frozen dataclasses built from validated profile and catalog data; the
-planner and renderers take them and never touch files.
+These frozen dataclasses are the one definition of each fact: the profile schema validates
+them directly (pydantic reads the constraints annotated on each field), and the planner,
+renderers and simulator take them and never touch files.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import dataclass, field, fields
+from typing import Annotated, ClassVar, Literal, get_type_hints
+
+from annotated_types import Ge, Gt, Le
+
+from servekit.errors import SimulationError
 
 AttentionKind = Literal["full", "mla", "sparse_indexed"]
+ModelDtype = Literal["bfloat16", "float16"]
+
+# Constraints are metadata on the field types (annotated_types, which pydantic reads), so the
+# profile schema validates these dataclasses directly and no second field list exists.
+Positive = Annotated[int, Gt(0)]
+OptionalPositive = Annotated[int | None, Gt(0)]
+Count = Annotated[int, Ge(0)]
+Milliseconds = Annotated[float, Ge(0)]
+Fraction = Annotated[float, Gt(0), Le(1)]
+
+# pydantic reads `__pydantic_config__` when it validates a plain dataclass: unknown keys in a
+# profile are errors, as for every other profile section.
+_FORBID_EXTRA: dict[str, str] = {"extra": "forbid"}
 
 
 @dataclass(frozen=True, slots=True)
 class MoeSpec:
     """Mixture-of-experts facts of a model's MoE layers."""
 
-    num_experts: int
-    top_k: int
-    expert_intermediate_size: int
-    num_shared_experts: int = 0
-    shared_expert_intermediate_size: int | None = None  # defaults to the expert size
+    __pydantic_config__: ClassVar[dict[str, str]] = _FORBID_EXTRA
+
+    num_experts: Positive
+    top_k: Positive
+    expert_intermediate_size: Positive
+    num_shared_experts: Count = 0
+    shared_expert_intermediate_size: OptionalPositive = None  # defaults to the expert size
+    first_dense_layers: Count = 0  # leading layers with a dense MLP
 
 
 @dataclass(frozen=True, slots=True)
 class MlaSpec:
     """Multi-head latent attention facts (DeepSeek-V2/V3 style)."""
 
-    kv_lora_rank: int
-    qk_rope_head_dim: int
-    qk_nope_head_dim: int
-    v_head_dim: int
-    q_lora_rank: int | None = None
+    __pydantic_config__: ClassVar[dict[str, str]] = _FORBID_EXTRA
+
+    kv_lora_rank: Positive
+    qk_rope_head_dim: Positive
+    qk_nope_head_dim: Positive
+    v_head_dim: Positive
+    q_lora_rank: OptionalPositive = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,12 +70,14 @@ class SparseIndexSpec:
         required_block_size: KV-cache block size the engine requires for this model, if any.
     """
 
-    dense_attention_layers: int
-    index_heads: int
-    index_head_dim: int
-    sparse_block_size: int
-    top_k_blocks: int
-    required_block_size: int | None = None
+    __pydantic_config__: ClassVar[dict[str, str]] = _FORBID_EXTRA
+
+    dense_attention_layers: Count
+    index_heads: Positive
+    index_head_dim: Positive
+    sparse_block_size: Positive
+    top_k_blocks: Positive
+    required_block_size: OptionalPositive = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,12 +93,14 @@ class VisionSpec:
         projector_width: width of a per-patch projector MLP (width -> p -> p), if any.
     """
 
-    num_layers: int
-    hidden_size: int
-    intermediate_size: int
-    patches_per_token: int = 4
-    values_per_patch: int = 0
-    projector_width: int | None = None
+    __pydantic_config__: ClassVar[dict[str, str]] = _FORBID_EXTRA
+
+    num_layers: Positive
+    hidden_size: Positive
+    intermediate_size: Positive
+    patches_per_token: Positive = 4
+    values_per_patch: Count = 0
+    projector_width: OptionalPositive = None
 
     @property
     def params(self) -> int:
@@ -84,28 +111,31 @@ class VisionSpec:
         return layers + w * p + p * p
 
 
-@dataclass(frozen=True, slots=True)
-class ModelSpec:
-    """Architecture facts the planner needs, independent of any checkpoint file."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ArchitectureSpec:
+    """Architecture facts of the served language model, as a profile or config.json states them."""
 
-    name: str
-    attention: AttentionKind
-    num_layers: int
-    hidden_size: int
-    num_attention_heads: int
-    num_kv_heads: int
-    head_dim: int
-    vocab_size: int
-    intermediate_size: int
-    dtype: str = "bfloat16"
+    __pydantic_config__: ClassVar[dict[str, str]] = _FORBID_EXTRA
+
+    attention: AttentionKind = "full"
+    num_layers: Positive
+    hidden_size: Positive
+    num_attention_heads: Positive
+    num_kv_heads: Positive
+    head_dim: Positive
+    vocab_size: Positive
+    intermediate_size: Positive
     tie_word_embeddings: bool = False
-    first_dense_layers: int = 0  # leading layers with a dense MLP when moe is set
+    dtype: ModelDtype = "bfloat16"
     moe: MoeSpec | None = None
     mla: MlaSpec | None = None
     sparse: SparseIndexSpec | None = None
-    quantization: str = "bf16"
     vision: VisionSpec | None = None
-    sources: tuple[str, ...] = field(default=())
+
+    @property
+    def first_dense_layers(self) -> int:
+        """Leading layers with a dense MLP when the model has MoE layers."""
+        return 0 if self.moe is None else self.moe.first_dense_layers
 
     @property
     def moe_layers(self) -> int:
@@ -118,27 +148,117 @@ class ModelSpec:
         return 0 if self.sparse is None else self.num_layers - self.sparse.dense_attention_layers
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelSpec(ArchitectureSpec):
+    """Architecture facts the planner needs, with the model's name and quantization."""
+
+    name: str
+    quantization: str = "bf16"
+    sources: tuple[str, ...] = field(default=())
+
+
 @dataclass(frozen=True, slots=True)
-class DraftSpec:
-    """A speculative-decoding draft model as the planner sees it.
+class DraftFacts:
+    """A speculative-decoding draft model's own facts, as a profile states them.
 
     Attributes:
-        method: vLLM speculative method (eagle3, draft_model, mtp, ngram ...).
-        num_speculative_tokens: k, draft tokens proposed per step.
         params: draft parameters loaded on the GPUs (0 for ngram).
         dtype: storage dtype of the draft weights.
         num_layers: draft transformer layers holding KV cache.
         num_kv_heads: KV heads of each draft layer.
         head_dim: head dimension of the draft layers.
+        sources: where the figures come from.
+    """
+
+    __pydantic_config__: ClassVar[dict[str, str]] = _FORBID_EXTRA
+
+    params: Count
+    dtype: ModelDtype = "bfloat16"
+    num_layers: Count = 1
+    num_kv_heads: Count = 0
+    head_dim: Count = 0
+    sources: tuple[str, ...] = ()
+
+
+# What the planner assumes about a draft whose facts the profile does not state.
+NO_DRAFT_FACTS = DraftFacts(params=0, num_layers=0)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DraftSpec(DraftFacts):
+    """A speculative-decoding draft model as the planner sees it: its facts plus the method.
+
+    Attributes:
+        method: vLLM speculative method (eagle3, draft_model, mtp, ngram ...).
+        num_speculative_tokens: k, draft tokens proposed per step.
     """
 
     method: str
     num_speculative_tokens: int
-    params: int = 0
-    dtype: str = "bfloat16"
-    num_layers: int = 0
-    num_kv_heads: int = 0
-    head_dim: int = 0
+
+
+def _plausible(lo: float, hi: float) -> dict[str, tuple[float, float]]:
+    """Field metadata: a step coefficient's physically plausible range (what `sim fit` searches)."""
+    return {"plausible": (lo, hi)}
+
+
+@dataclass(frozen=True, slots=True)
+class StepTimeParams:
+    """Coefficients of the simulator's step-time model (milliseconds unless named otherwise).
+
+    The one definition of the coefficients: a profile's `simulator.step` section is validated
+    as this class, and `sim fit` searches each field's `plausible` range (docs/simulator.md).
+
+    Attributes:
+        base_ms: fixed cost of every step: scheduling, sampling, the per-layer kernel
+            floor and all-reduce latencies of a step that does almost nothing.
+        hbm_efficiency: fraction of the GPU's memory bandwidth achieved when reading
+            weights and KV cache.
+        compute_efficiency: fraction of the GPU's dense BF16 peak achieved by GEMMs.
+        decode_request_ms: per running request decoding one token (decode attention path).
+        verify_request_ms: per request verifying k+1 tokens with speculative decoding
+            (a multi-token query; for some attention backends a prefill-shaped path).
+        prefill_request_ms: per request with a prefill chunk in the step.
+        draft_pass_ms: fixed cost of one draft-model forward pass (k passes per step).
+        draft_request_ms: per request per draft pass.
+    """
+
+    __pydantic_config__: ClassVar[dict[str, str]] = _FORBID_EXTRA
+
+    base_ms: Milliseconds = field(metadata=_plausible(0.5, 30.0))
+    hbm_efficiency: Fraction = field(metadata=_plausible(0.3, 0.85))
+    compute_efficiency: Fraction = field(metadata=_plausible(0.1, 0.6))
+    decode_request_ms: Milliseconds = field(default=0.0, metadata=_plausible(0.0, 3.0))
+    verify_request_ms: Milliseconds = field(default=0.0, metadata=_plausible(0.0, 20.0))
+    prefill_request_ms: Milliseconds = field(default=0.0, metadata=_plausible(0.0, 30.0))
+    draft_pass_ms: Milliseconds = field(default=0.0, metadata=_plausible(0.2, 5.0))
+    draft_request_ms: Milliseconds = field(default=0.0, metadata=_plausible(0.0, 2.0))
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in _FRACTIONS and not 0 < value <= 1:
+                raise SimulationError(
+                    f"simulator {f.name} {value} is outside (0, 1]",
+                    fix="use the fraction of peak the GPU achieves, e.g. 0.6",
+                )
+            if f.name not in _FRACTIONS and value < 0:
+                raise SimulationError(
+                    f"simulator {f.name} must not be negative",
+                    fix=f"set {f.name} to 0 or a positive number of milliseconds",
+                )
+
+
+_FRACTIONS = frozenset(
+    name
+    for name, hint in get_type_hints(StepTimeParams, include_extras=True).items()
+    if hint == Fraction
+)
+
+
+def step_coefficients() -> dict[str, tuple[float, float]]:
+    """Every step coefficient's name and plausible (low, high) range, in declaration order."""
+    return {f.name: f.metadata["plausible"] for f in fields(StepTimeParams)}
 
 
 @dataclass(frozen=True, slots=True)

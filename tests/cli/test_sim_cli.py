@@ -46,6 +46,36 @@ def test_sim_run_open_loop_rate() -> None:
     assert point["completed"] == 10
 
 
+def _open_loop(*extra: str) -> tuple[int, dict[str, object], str]:
+    code, out, err = run(
+        "sim", "run", "--profile", "llama-3.1-70b-4xh100", "--rate", "2",
+        "--requests-per-point", "12", "--output-len", "8", "--json", *extra,
+    )  # fmt: skip
+    return code, (json.loads(out)["points"][0] if code == 0 else {}), err
+
+
+def test_sim_run_gamma_and_constant_arrivals() -> None:
+    """--arrival gamma:SHAPE and constant run every request, each on its own schedule."""
+    code, poisson, err = _open_loop()
+    assert code == 0, err
+    latencies = {}
+    for arrival in ("gamma:0.5", "constant"):
+        code, point, err = _open_loop("--arrival", arrival)
+        assert code == 0, err
+        assert point["rate_rps"] == 2
+        assert point["completed"] == 12
+        latencies[arrival] = point["latency_s"]
+    assert latencies["gamma:0.5"] != poisson["latency_s"]
+    assert latencies["constant"] != poisson["latency_s"]
+
+
+def test_sim_run_rejects_an_unknown_arrival() -> None:
+    """An --arrival that is not poisson, constant or gamma:SHAPE is a usage error (exit 2)."""
+    code, _, err = _open_loop("--arrival", "gamma:-1")
+    assert code == 2
+    assert "is not poisson, constant or gamma:SHAPE" in err
+
+
 def test_sim_run_usage_errors() -> None:
     """Both or neither of --concurrency/--rate, or bad numbers, are usage errors (exit 2)."""
     assert run("sim", "run", "--profile", "llama-3.1-70b-4xh100")[0] == 2

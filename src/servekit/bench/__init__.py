@@ -1,1 +1,1 @@
-"""Load testing (shell): the runner, metrics scraper, prompt sizing and the record store."""
+"""Load testing (shell): runner, worker pool, metrics scraper, prompt sizing, record store."""

@@ -10,6 +10,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from servekit.analyze.point_columns import point_headers, point_rows
 from servekit.errors import ServekitError
 from servekit.records import RequestRecord, record_from_json
 
@@ -145,22 +146,11 @@ def write_summary_tables(run_dir: Path, summary: dict[str, object]) -> None:
         writer.writerow(["" if (v := _pick(point, path)) is None else v for _, path in CSV_COLUMNS])
     (run_dir / "summary.csv").write_text(buffer.getvalue(), encoding="utf-8")
 
-    def fmt(value: object, spec: str) -> str:
-        return "-" if not isinstance(value, int | float) else format(value, spec)
-
     lines = [
-        "| load | output tok/s | mean latency s | TTFT ms | TPOT ms | per-stream tok/s | failed |",
-        "|---|---|---|---|---|---|---|",
+        "| " + " | ".join(point_headers("markdown")) + " |",
+        "|" + "---|" * len(point_headers("markdown")),
+        *("| " + " | ".join(row) + " |" for row in point_rows(points, "markdown")),
     ]
-    for p in points:
-        load = f"c={p['concurrency']}" if p.get("concurrency") else f"{p.get('rate_rps')} req/s"
-        lines.append(
-            f"| {load} | {fmt(p.get('output_throughput_tok_s'), '.1f')} "
-            f"| {fmt(_pick(p, ('latency_s', 'mean')), '.2f')} "
-            f"| {fmt(_pick(p, ('ttft_ms', 'mean')), '.0f')} "
-            f"| {fmt(_pick(p, ('tpot_ms', 'mean')), '.1f')} "
-            f"| {fmt(_pick(p, ('per_stream_tok_s', 'mean')), '.1f')} | {p.get('failed')} |"
-        )
     target = summary.get("target")
     title = target.get("model") if isinstance(target, dict) else None
     text = f"# servekit bench: {title}\n\n" + "\n".join(lines) + "\n"

@@ -26,6 +26,7 @@ from servekit.report.tables import points_table
 from servekit.sim.build import build_engine
 from servekit.sim.offline import LoadPoint
 from servekit.sim.sweep import simulate_sweep, sweep_summary
+from servekit.workload.synthetic import check_arrival
 
 
 @click.group("sim")
@@ -36,7 +37,13 @@ def sim_group() -> None:
 @sim_group.command("run")
 @click.option("--profile", "profile_name", required=True, help="Profile to simulate.")
 @click.option("--concurrency", help="Closed-loop concurrency levels, e.g. 1,4,16,128.")
-@click.option("--rate", help="Open-loop Poisson arrival rates in requests/s, e.g. 0.5,1,2.")
+@click.option("--rate", help="Open-loop arrival rates in requests/s, e.g. 0.5,1,2.")
+@click.option(
+    "--arrival",
+    default="poisson",
+    show_default=True,
+    help="poisson | gamma:SHAPE | constant (with --rate).",
+)
 @click.option("--requests-per-point", type=click.IntRange(min=1), default=256, show_default=True)
 @click.option("--input-len", type=click.IntRange(min=1), help="Prompt tokens [profile's].")
 @click.option("--output-len", type=click.IntRange(min=1), help="Output tokens [profile's].")
@@ -51,6 +58,7 @@ def run_command(
     profile_name: str,
     concurrency: str | None,
     rate: str | None,
+    arrival: str,
     requests_per_point: int,
     input_len: int | None,
     output_len: int | None,
@@ -64,6 +72,7 @@ def run_command(
     """Simulate load points offline, far faster than real time."""
     if (concurrency is None) == (rate is None):
         raise UsageError("give exactly one of --concurrency or --rate")
+    check_arrival(arrival)
     profile = load_profile(profile_name, extra_dirs=profiles_dirs, overrides=overrides)
     sim_input = profile.simulator.input_len if profile.simulator else None
     ilen = input_len or sim_input or profile.bench_defaults.input_len
@@ -72,7 +81,9 @@ def run_command(
         LoadPoint(f"c={int(c)}", requests_per_point, ilen, olen, temperature, concurrency=int(c))
         for c in parse_numbers(concurrency, int, "--concurrency")
     ] + [
-        LoadPoint(f"rate={r:g}", requests_per_point, ilen, olen, temperature, rate_rps=r)
+        LoadPoint(
+            f"rate={r:g}", requests_per_point, ilen, olen, temperature, rate_rps=r, arrival=arrival
+        )
         for r in parse_numbers(rate, float, "--rate")
     ]
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")

@@ -7,7 +7,7 @@ come from `data_offsets` exactly and are grouped by tensor name so they can be s
 against the planner's per-group weight estimate.
 
 `architecture_from_config` is pure: it turns a Hugging Face `config.json` dict into
-the profile schema's `ArchitectureFacts`.
+`servekit.specs.ArchitectureSpec`, the facts a profile states.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from servekit.errors import ModelDirError
-from servekit.profiles.schema import ArchitectureFacts
+from servekit.specs import ArchitectureSpec
 
 CONFIG_FILE = "config.json"
 INDEX_FILE = "model.safetensors.index.json"
@@ -322,7 +322,7 @@ def _is_int_list(value: Any) -> TypeGuard[list[int]]:
     )
 
 
-def architecture_from_config(config: Mapping[str, Any]) -> ArchitectureFacts:
+def architecture_from_config(config: Mapping[str, Any]) -> ArchitectureSpec:
     """Return the architecture facts a Hugging Face `config.json` states.
 
     A multimodal config's `text_config` describes the served language backbone; keys
@@ -383,7 +383,7 @@ def architecture_from_config(config: Mapping[str, Any]) -> ArchitectureFacts:
     else:
         facts["intermediate_size"] = cfg.require_int("intermediate_size")
     try:
-        return ArchitectureFacts.model_validate(facts)
+        return TypeAdapter(ArchitectureSpec).validate_python(facts)
     except ValidationError as exc:
         first = exc.errors()[0]
         key = ".".join(str(p) for p in first["loc"])

@@ -6,19 +6,11 @@ the planner itself never sees YAML or files.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from servekit.errors import ConfigError
-from servekit.profiles.schema import ArchitectureFacts, Profile, tensor_parallel_error
-from servekit.specs import (
-    DraftSpec,
-    GpuSpec,
-    MlaSpec,
-    ModelSpec,
-    MoeSpec,
-    SparseIndexSpec,
-    VisionSpec,
-)
+from servekit.profiles.schema import Profile, tensor_parallel_error
+from servekit.specs import NO_DRAFT_FACTS, ArchitectureSpec, DraftSpec, GpuSpec, ModelSpec
 
 # vLLM's default KV block size for CUDA attention backends.
 DEFAULT_BLOCK_SIZE = 16
@@ -69,41 +61,13 @@ def parse_version(text: str) -> tuple[int, int, int]:
     return parts[0], parts[1], parts[2]
 
 
-def model_spec(name: str, arch: ArchitectureFacts, quantization: str) -> ModelSpec:
+def model_spec(name: str, arch: ArchitectureSpec, quantization: str) -> ModelSpec:
     """Build a ModelSpec from validated architecture facts."""
-    moe = arch.moe
-    return ModelSpec(
-        name=name,
-        attention=arch.attention,
-        num_layers=arch.num_layers,
-        hidden_size=arch.hidden_size,
-        num_attention_heads=arch.num_attention_heads,
-        num_kv_heads=arch.num_kv_heads,
-        head_dim=arch.head_dim,
-        vocab_size=arch.vocab_size,
-        intermediate_size=arch.intermediate_size,
-        dtype=arch.dtype,
-        tie_word_embeddings=arch.tie_word_embeddings,
-        first_dense_layers=moe.first_dense_layers if moe else 0,
-        moe=MoeSpec(
-            num_experts=moe.num_experts,
-            top_k=moe.top_k,
-            expert_intermediate_size=moe.expert_intermediate_size,
-            num_shared_experts=moe.num_shared_experts,
-            shared_expert_intermediate_size=moe.shared_expert_intermediate_size,
-        )
-        if moe
-        else None,
-        mla=MlaSpec(**arch.mla.model_dump()) if arch.mla else None,
-        sparse=SparseIndexSpec(**arch.sparse.model_dump()) if arch.sparse else None,
-        vision=VisionSpec(**arch.vision.model_dump()) if arch.vision else None,
-        quantization=quantization,
-    )
+    facts = {f.name: getattr(arch, f.name) for f in fields(arch)}
+    return ModelSpec(**facts, name=name, quantization=quantization)
 
 
-def plan_inputs(
-    profile: Profile, gpu: GpuSpec, arch: ArchitectureFacts | None = None
-) -> PlanInputs:
+def plan_inputs(profile: Profile, gpu: GpuSpec, arch: ArchitectureSpec | None = None) -> PlanInputs:
     """Return the planner inputs a profile describes.
 
     Args:
@@ -133,15 +97,11 @@ def plan_inputs(
     spec = profile.speculative
     draft = None
     if spec is not None:
-        facts_d = spec.draft
+        known = spec.draft or NO_DRAFT_FACTS
         draft = DraftSpec(
+            **{f.name: getattr(known, f.name) for f in fields(known)},
             method=spec.config.method,
             num_speculative_tokens=spec.config.num_speculative_tokens,
-            params=facts_d.params if facts_d else 0,
-            dtype=facts_d.dtype if facts_d else "bfloat16",
-            num_layers=facts_d.num_layers if facts_d else 0,
-            num_kv_heads=facts_d.num_kv_heads if facts_d else 0,
-            head_dim=facts_d.head_dim if facts_d else 0,
         )
     env_flag = profile.env.get(ESTIMATE_CUDAGRAPHS_ENV)
     if env_flag is None:

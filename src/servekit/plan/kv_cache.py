@@ -11,16 +11,27 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 from servekit.plan.inputs import PlanInputs
 from servekit.plan.weights import kv_heads_per_rank
 from servekit.units import KV_DTYPE_AUTO, dtype_bytes
 
+KvTermKind = Literal["kv", "mla_latent", "indexer", "draft_kv"]
+
 
 @dataclass(frozen=True, slots=True)
 class KvTerm:
-    """One additive term of the per-token KV size, with how it was computed."""
+    """One additive term of the per-token KV size, with how it was computed.
 
+    Attributes:
+        kind: what the term stores, for code to find it (the label is for people).
+        label: display name.
+        formula: the arithmetic, spelled out.
+        bytes_per_token: the term's bytes per token per GPU.
+    """
+
+    kind: KvTermKind
     label: str
     formula: str
     bytes_per_token: int
@@ -43,6 +54,7 @@ def kv_terms(inputs: PlanInputs) -> list[KvTerm]:
         width = m.mla.kv_lora_rank + m.mla.qk_rope_head_dim
         terms.append(
             KvTerm(
+                "mla_latent",
                 "MLA latent cache",
                 f"{layers} layers x ({m.mla.kv_lora_rank} + {m.mla.qk_rope_head_dim}) values "
                 f"x {b:g} B",
@@ -53,6 +65,7 @@ def kv_terms(inputs: PlanInputs) -> list[KvTerm]:
         heads = kv_heads_per_rank(m.num_kv_heads, tp)
         terms.append(
             KvTerm(
+                "kv",
                 "K and V cache",
                 f"{layers} layers x 2 x max(1, {m.num_kv_heads} KV heads / TP {tp}) = {heads} "
                 f"x {m.head_dim} head_dim x {b:g} B",
@@ -63,6 +76,7 @@ def kv_terms(inputs: PlanInputs) -> list[KvTerm]:
         sparse_layers = math.ceil(m.sparse_layers / inputs.pipeline_parallel_size)
         terms.append(
             KvTerm(
+                "indexer",
                 "indexer key cache",
                 f"{sparse_layers} sparse layers x {m.sparse.index_head_dim} values x {b:g} B "
                 "(key only, replicated on every rank)",
@@ -74,6 +88,7 @@ def kv_terms(inputs: PlanInputs) -> list[KvTerm]:
         heads = kv_heads_per_rank(d.num_kv_heads, tp)
         terms.append(
             KvTerm(
+                "draft_kv",
                 f"draft model ({d.method}) K and V cache",
                 f"{d.num_layers} layers x 2 x {heads} KV heads x {d.head_dim} x {b:g} B",
                 round(d.num_layers * 2 * heads * d.head_dim * b),

@@ -6,8 +6,10 @@ is reported as `file:line: key.path: what is wrong; the fix`.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
+import typing
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -256,7 +258,8 @@ def _describe(exc: ValidationError, located: _Located) -> str:
     loc: KeyPath = tuple(first["loc"])
     dotted = ".".join(str(p) for p in loc)
     where = _where(loc, located)
-    if first["type"] == "extra_forbidden":
+    # a plain dataclass section (servekit.specs) reports an unknown key as an unexpected argument
+    if first["type"] in {"extra_forbidden", "unexpected_keyword_argument"}:
         allowed = _allowed_keys(loc[:-1])
         close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
         fix = f"did you mean {close[0]}?" if close else f"allowed keys: {', '.join(allowed)}"
@@ -282,25 +285,37 @@ def _where(loc: KeyPath, located: _Located) -> str:
 
 
 def _allowed_keys(loc: KeyPath) -> list[str]:
-    model: type[BaseModel] = Profile
+    section: type = Profile
     for part in loc:
         if isinstance(part, int):
             continue
-        info = model.model_fields.get(str(part)) or next(
-            (f for f in model.model_fields.values() if f.alias == part), None
-        )
-        sub = _model_of(info.annotation) if info is not None else None
+        types = _field_types(section)
+        if isinstance(section, type) and issubclass(section, BaseModel):
+            types |= {n: f.annotation for n, f in section.model_fields.items()}
+        sub = _section_of(types.get(str(part)))
         if sub is None:
             return []
-        model = sub
-    return sorted(f.alias or n for n, f in model.model_fields.items())
+        section = sub
+    return sorted(_field_types(section))
 
 
-def _model_of(annotation: Any) -> type[BaseModel] | None:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+def _field_types(section: type) -> dict[str, Any]:
+    """Key (alias where set) -> annotation of a pydantic model or a dataclass section."""
+    if isinstance(section, type) and issubclass(section, BaseModel):
+        return {f.alias or n: f.annotation for n, f in section.model_fields.items()}
+    if not dataclasses.is_dataclass(section):
+        return {}
+    hints = typing.get_type_hints(section)
+    return {f.name: hints[f.name] for f in dataclasses.fields(section)}
+
+
+def _section_of(annotation: Any) -> type | None:
+    if isinstance(annotation, type) and (
+        issubclass(annotation, BaseModel) or dataclasses.is_dataclass(annotation)
+    ):
         return annotation
     for arg in getattr(annotation, "__args__", ()):
-        found = _model_of(arg)
+        found = _section_of(arg)
         if found is not None:
             return found
     return None

@@ -2,7 +2,8 @@
 
 A profile is the whole deployment as data: model facts, hardware, engine image,
 vLLM serve arguments in vLLM's spelling, environment, speculative decoding,
-patches, and defaults for validation and load tests.
+patches, and defaults for validation and load tests. The model, draft and step-time facts
+are the dataclasses of `servekit.specs`, validated here as they are (one definition each).
 """
 
 from __future__ import annotations
@@ -12,79 +13,15 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
 
+from servekit.specs import ArchitectureSpec, DraftFacts, StepTimeParams
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class MoeFacts(_Strict):
-    """Mixture-of-experts facts."""
-
-    num_experts: int = Field(gt=0)
-    top_k: int = Field(gt=0)
-    expert_intermediate_size: int = Field(gt=0)
-    num_shared_experts: int = Field(default=0, ge=0)
-    shared_expert_intermediate_size: int | None = Field(default=None, gt=0)
-    first_dense_layers: int = Field(default=0, ge=0)
-
-
-class MlaFacts(_Strict):
-    """Multi-head latent attention facts."""
-
-    kv_lora_rank: int = Field(gt=0)
-    qk_rope_head_dim: int = Field(gt=0)
-    qk_nope_head_dim: int = Field(gt=0)
-    v_head_dim: int = Field(gt=0)
-    q_lora_rank: int | None = Field(default=None, gt=0)
-
-
-class SparseIndexFacts(_Strict):
-    """Indexed sparse attention facts (MiniMax-M3 MSA)."""
-
-    dense_attention_layers: int = Field(ge=0)
-    index_heads: int = Field(gt=0)
-    index_head_dim: int = Field(gt=0)
-    sparse_block_size: int = Field(gt=0)
-    top_k_blocks: int = Field(gt=0)
-    required_block_size: int | None = Field(default=None, gt=0)
-
-
-class VisionFacts(_Strict):
-    """Vision encoder facts of a multimodal model (for weights and profiling memory)."""
-
-    num_layers: int = Field(gt=0)
-    hidden_size: int = Field(gt=0)
-    intermediate_size: int = Field(gt=0)
-    patches_per_token: int = Field(default=4, gt=0)
-    values_per_patch: int = Field(
-        default=0, ge=0, description="pixel values per patch: channels x temporal x patch^2"
-    )
-    projector_width: int | None = Field(
-        default=None, gt=0, description="width of a per-patch projector MLP, if the model has one"
-    )
-
-
-class ArchitectureFacts(_Strict):
-    """Architecture facts of the served language model."""
-
-    attention: Literal["full", "mla", "sparse_indexed"] = "full"
-    num_layers: int = Field(gt=0)
-    hidden_size: int = Field(gt=0)
-    num_attention_heads: int = Field(gt=0)
-    num_kv_heads: int = Field(gt=0)
-    head_dim: int = Field(gt=0)
-    vocab_size: int = Field(gt=0)
-    intermediate_size: int = Field(gt=0)
-    tie_word_embeddings: bool = False
-    dtype: Literal["bfloat16", "float16"] = "bfloat16"
-    moe: MoeFacts | None = None
-    mla: MlaFacts | None = None
-    sparse: SparseIndexFacts | None = None
-    vision: VisionFacts | None = None
-
-
 def tensor_parallel_error(
-    arch: ArchitectureFacts, tp: int, *, raise_as: type[Exception] = ValueError
+    arch: ArchitectureSpec, tp: int, *, raise_as: type[Exception] = ValueError
 ) -> None:
     """Raise when a TP size cannot shard the model's attention heads.
 
@@ -113,7 +50,7 @@ class ModelSection(_Strict):
 
     path: str = Field(min_length=1, description="checkpoint path as the engine sees it")
     quantization: str = "bf16"
-    architecture: ArchitectureFacts | None = None
+    architecture: ArchitectureSpec | None = None
     sources: list[str] = Field(default_factory=list)
 
 
@@ -196,17 +133,6 @@ class ServeArgs(_Strict):
         return value
 
 
-class DraftFacts(_Strict):
-    """Facts of the draft model the planner needs (not rendered)."""
-
-    params: int = Field(ge=0)
-    dtype: Literal["bfloat16", "float16"] = "bfloat16"
-    num_layers: int = Field(default=1, ge=0)
-    num_kv_heads: int = Field(default=0, ge=0)
-    head_dim: int = Field(default=0, ge=0)
-    sources: list[str] = Field(default_factory=list)
-
-
 class SpeculativeConfig(_Strict):
     """vLLM's --speculative-config, rendered as JSON with these keys."""
 
@@ -233,23 +159,10 @@ class Speculative(_Strict):
     draft: DraftFacts | None = None
 
 
-class SimStepFacts(_Strict):
-    """Calibrated step-time coefficients (see docs/simulator.md)."""
-
-    base_ms: float = Field(ge=0)
-    hbm_efficiency: float = Field(gt=0, le=1)
-    compute_efficiency: float = Field(gt=0, le=1)
-    decode_request_ms: float = Field(default=0.0, ge=0)
-    verify_request_ms: float = Field(default=0.0, ge=0)
-    prefill_request_ms: float = Field(default=0.0, ge=0)
-    draft_pass_ms: float = Field(default=0.0, ge=0)
-    draft_request_ms: float = Field(default=0.0, ge=0)
-
-
 class SimulatorSection(_Strict):
     """The built-in simulator's parameters for this deployment."""
 
-    step: SimStepFacts
+    step: StepTimeParams
     acceptance: dict[float, list[float]] = Field(
         default_factory=dict,
         description="temperature -> conditional acceptance probability per draft position",

@@ -1,1 +1,1 @@
-"""Reports (shell): terminal views, Markdown, self-contained HTML and PNG plots."""
+"""Reports (shell): terminal views, Markdown, self-contained HTML reports and PNG plots."""

@@ -15,6 +15,7 @@ from typing import Any
 
 from servekit import __version__
 from servekit.analyze.compare import compare_runs, speculation_facts
+from servekit.analyze.point_columns import point_headers, point_rows
 from servekit.analyze.summarize import samples
 from servekit.bench.store import RECORDS_FILE, read_records, read_summary
 from servekit.errors import ServekitError
@@ -91,43 +92,8 @@ def _label(point: dict[str, Any]) -> str:
 
 def points_table(run: Run) -> Table:
     """The deployment's table (concurrency, tok/s, mean latency) plus the other columns."""
-    rows = []
-    for p in run.summary["points"]:
-        load = (
-            f"c={p['concurrency']}"
-            if p.get("concurrency") is not None
-            else f"rate={p.get('rate_rps')}"
-        )
-        server = p.get("server") or {}
-        rows.append(
-            [
-                load,
-                _num(p.get("output_throughput_tok_s")),
-                _num(_stat(p, "latency_s", "mean"), 3),
-                _num(_stat(p, "latency_s", "p99"), 3),
-                _num(_stat(p, "ttft_ms", "mean")),
-                _num(_stat(p, "tpot_ms", "mean"), 2),
-                _num(_stat(p, "per_stream_tok_s", "mean")),
-                _num(server.get("spec_acceptance_length"), 2),
-                str(p.get("completed")),
-                str(p.get("failed")),
-                "yes" if (p.get("client") or {}).get("valid", True) else "no",
-            ]
-        )
-    header = [
-        "load",
-        "output tok/s",
-        "mean latency s",
-        "p99 latency s",
-        "mean TTFT ms",
-        "mean TPOT ms",
-        "per-stream tok/s",
-        "acceptance length",
-        "completed",
-        "failed",
-        "valid",
-    ]
-    return Table(f"{run.label}: per load", header, rows)
+    points = run.summary["points"]
+    return Table(f"{run.label}: per load", point_headers("report"), point_rows(points, "report"))
 
 
 def provenance(run: Run) -> Section:

@@ -8,35 +8,14 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-
-def _fmt(value: Any, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
+from servekit.analyze.point_columns import point_headers, point_rows
 
 
 def points_table(points: Sequence[Mapping[str, Any]], *, title: str) -> Table:
     """The deployment's table (concurrency, output tok/s, mean latency) plus timing columns."""
-    table = Table(
-        "load",
-        "output tok/s",
-        "mean latency s",
-        "TTFT ms (mean)",
-        "TPOT ms (mean)",
-        "per-stream tok/s",
-        "failed",
-        title=title,
-        title_justify="left",
-    )
-    for p in points:
-        load = f"c={p['concurrency']}" if p.get("concurrency") else f"{p.get('rate_rps')} req/s"
-        table.add_row(
-            load,
-            _fmt(p["output_throughput_tok_s"], ".1f"),
-            _fmt(p["latency_s"]["mean"], ".2f"),
-            _fmt(p["ttft_ms"]["mean"], ".0f"),
-            _fmt(p["tpot_ms"]["mean"], ".1f"),
-            _fmt(p["per_stream_tok_s"]["mean"], ".1f"),
-            str(p["failed"]),
-        )
+    table = Table(*point_headers("terminal"), title=title, title_justify="left")
+    for row in point_rows(points, "terminal"):
+        table.add_row(*row)
     return table
 
 

@@ -8,8 +8,8 @@ Two runtimes:
   through docker's own environment, never on the command line), after pulling the image
   when it is missing.
 
-What was started is recorded by `deploy.state`; `deploy.control` checks and stops it,
-`deploy.follow` follows it to readiness (ADR 0006).
+What was started is recorded by `runtime.state`; `runtime.control` checks and stops it,
+`runtime.follow` follows it to readiness (ADR 0006).
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ def profile_step_params(profile: Profile) -> StepTimeParams:
     sim = profile.simulator
     if sim is None:
         return DEFAULT_STEP
-    return StepTimeParams(**sim.step.model_dump())
+    return sim.step
 
 
 def profile_acceptance(profile: Profile) -> AcceptanceParams:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -19,19 +20,10 @@ from servekit.analyze.summarize import point_metrics
 from servekit.errors import ConfigError
 from servekit.sim.engine import Engine
 from servekit.sim.offline import LoadPoint, run_point
-from servekit.sim.params import StepTimeParams
+from servekit.specs import StepTimeParams, step_coefficients
 
-# Plausible ranges of each coefficient (docs/simulator.md).
-BOUNDS: dict[str, tuple[float, float]] = {
-    "base_ms": (0.5, 30.0),
-    "hbm_efficiency": (0.3, 0.85),
-    "compute_efficiency": (0.1, 0.6),
-    "decode_request_ms": (0.0, 3.0),
-    "verify_request_ms": (0.0, 20.0),
-    "prefill_request_ms": (0.0, 30.0),
-    "draft_pass_ms": (0.2, 5.0),
-    "draft_request_ms": (0.0, 2.0),
-}
+# Plausible range of each coefficient (declared on StepTimeParams; docs/simulator.md).
+BOUNDS: dict[str, tuple[float, float]] = step_coefficients()
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +108,72 @@ def fit_loss(fits: Sequence[PointFit]) -> float:
     return sum(f.throughput_error**2 + f.latency_error**2 for f in fits)
 
 
+Candidate = TypeVar("Candidate")
+Detail = TypeVar("Detail")
+
+
+@dataclass(frozen=True, slots=True)
+class Searched(Generic[Candidate, Detail]):
+    """The best candidate a search found, its loss and what scoring it gave besides."""
+
+    best: Candidate
+    loss: float
+    detail: Detail
+
+
+def search(
+    score: Callable[[Candidate], tuple[float, Detail]],
+    *,
+    draw: Callable[[random.Random], Candidate],
+    perturb: Callable[[Candidate, random.Random, float], Candidate],
+    iterations: int,
+    rng: random.Random,
+    start: Candidate | None = None,
+    explore: bool = True,
+    admissible: Callable[[Candidate], bool] | None = None,
+    on_improve: Callable[[int | None, float], None] | None = None,
+) -> Searched[Candidate, Detail] | None:
+    """Random search, then shrinking perturbations around the best (lowest loss) candidate.
+
+    The first quarter of the iterations draws candidates at random (when `explore`, and
+    always while there is no best yet); the rest perturb the best by 5% of each range,
+    1.5% in the last quarter.
+
+    Args:
+        score: loss of a candidate, plus whatever detail to keep for the best.
+        draw: a random candidate.
+        perturb: a candidate moved around another by `scale` x each range.
+        iterations: candidates to draw or perturb.
+        rng: the search's only source of randomness.
+        start: a first candidate, scored before the search.
+        explore: draw at random in the first quarter even when a start is given.
+        admissible: candidates failing this are skipped without scoring.
+        on_improve: called with the iteration (None for the start) and the loss of each new best.
+
+    Returns:
+        The best candidate, or None when no candidate was admissible.
+    """
+    best: Searched[Candidate, Detail] | None = None
+    if start is not None:
+        loss, detail = score(start)
+        best = Searched(start, loss, detail)
+        if on_improve is not None:
+            on_improve(None, loss)
+    for i in range(iterations):
+        if best is None or (explore and i < iterations // 4):
+            candidate = draw(rng)
+        else:
+            candidate = perturb(best.best, rng, 0.05 if i < iterations * 3 // 4 else 0.015)
+        if admissible is not None and not admissible(candidate):
+            continue
+        loss, detail = score(candidate)
+        if best is None or loss < best.loss:
+            best = Searched(candidate, loss, detail)
+            if on_improve is not None:
+                on_improve(i, loss)
+    return best
+
+
 def fit_step_params(
     new_engine: Callable[[StepTimeParams], Engine],
     points: Sequence[MeasuredPoint],
@@ -133,20 +191,21 @@ def fit_step_params(
         iterations: candidates to evaluate (a quarter random, the rest local).
         seed: seeds the search.
     """
-    rng = random.Random(seed)
-    best = start
-    best_fits = simulate_points(new_engine, best, points)
-    best_loss = fit_loss(best_fits)
-    for i in range(iterations):
-        if i < iterations // 4:
-            candidate = random_params(rng)
-        else:
-            candidate = perturb_params(best, rng, 0.05 if i < iterations * 3 // 4 else 0.015)
-        fits = simulate_points(new_engine, candidate, points)
-        loss = fit_loss(fits)
-        if loss < best_loss:
-            best, best_fits, best_loss = candidate, fits, loss
-    return FitResult(best, best_fits, best_loss)
+
+    def score(params: StepTimeParams) -> tuple[float, tuple[PointFit, ...]]:
+        fits = simulate_points(new_engine, params, points)
+        return fit_loss(fits), fits
+
+    found = search(
+        score,
+        draw=random_params,
+        perturb=perturb_params,
+        iterations=iterations,
+        rng=random.Random(seed),
+        start=start,
+    )
+    assert found is not None  # the start is always admissible
+    return FitResult(found.best, found.detail, found.loss)
 
 
 class _Dist(BaseModel):

@@ -92,7 +92,7 @@ def sim_model(plan: MemoryPlan, *, num_gpu_blocks: int | None = None) -> SimMode
     indexer = 0.0
     if m.sparse is not None:
         cap = m.sparse.top_k_blocks * m.sparse.sparse_block_size
-        index_term = next((t for t in plan.kv_terms if t.label == "indexer key cache"), None)
+        index_term = next((t for t in plan.kv_terms if t.kind == "indexer"), None)
         indexer = float(index_term.bytes_per_token) if index_term else 0.0
     blocks = num_gpu_blocks
     if blocks is None:

@@ -2,8 +2,8 @@
 
 Produces the same `RequestRecord`s a real load test writes, with nanosecond times on the
 virtual clock, far faster than real time. A closed loop keeps `concurrency` requests in
-flight and sends the next one the moment one finishes; an open loop sends requests at
-Poisson arrival times.
+flight and sends the next one the moment one finishes; an open loop sends requests at the
+arrival times of `servekit.workload.synthetic` (Poisson, gamma or constant), as bench does.
 """
 
 from __future__ import annotations
@@ -14,13 +14,17 @@ from dataclasses import dataclass
 from servekit.errors import SimulationError
 from servekit.records import RequestRecord
 from servekit.sim.engine import Engine, SimRequest
+from servekit.workload.synthetic import arrival_offsets
 
 NS = 1_000_000_000
 
 
 @dataclass(frozen=True, slots=True)
 class LoadPoint:
-    """One load level: a concurrency (closed loop) or an arrival rate (open loop)."""
+    """One load level: a concurrency (closed loop) or an arrival rate (open loop).
+
+    `arrival` names the open loop's arrival process: poisson, constant or gamma:SHAPE.
+    """
 
     label: str
     requests: int
@@ -29,6 +33,7 @@ class LoadPoint:
     temperature: float = 0.0
     concurrency: int | None = None
     rate_rps: float | None = None
+    arrival: str = "poisson"
 
     def __post_init__(self) -> None:
         if (self.concurrency is None) == (self.rate_rps is None):
@@ -81,10 +86,8 @@ def run_point(
         arrivals = [start_ns] * min(point.concurrency, point.requests)
     else:
         assert point.rate_rps is not None
-        arrivals, t = [], float(start_ns)
-        for _ in range(point.requests):
-            t += rng.expovariate(point.rate_rps) * NS
-            arrivals.append(int(t))
+        offsets = arrival_offsets(point.arrival, point.rate_rps, point.requests, rng)
+        arrivals = [start_ns + int(offset * NS) for offset in offsets]
     pending = list(reversed(arrivals))  # pop() gives the earliest
     issued = 0
     now = start_ns

@@ -1,8 +1,9 @@
 """Simulator parameters (core): the step-time model's coefficients and spec-decode acceptance.
 
-Every coefficient has a physical meaning (docs/simulator.md); profiles carry calibrated
-values in their `simulator:` section, and `default_step_params` gives roofline defaults
-for any GPU.
+Every coefficient has a physical meaning (docs/simulator.md). `StepTimeParams` is defined once
+in `servekit.specs`, because profiles carry calibrated values in their `simulator:` section
+and are validated as that class; `servekit.sim.build.DEFAULT_STEP` gives roofline defaults
+for a profile without one.
 """
 
 from __future__ import annotations
@@ -11,53 +12,9 @@ import itertools
 from dataclasses import dataclass
 
 from servekit.errors import SimulationError
+from servekit.specs import StepTimeParams
 
-
-@dataclass(frozen=True, slots=True)
-class StepTimeParams:
-    """Coefficients of the step-time model (milliseconds unless named otherwise).
-
-    Attributes:
-        base_ms: fixed cost of every step: scheduling, sampling, the per-layer kernel
-            floor and all-reduce latencies of a step that does almost nothing.
-        hbm_efficiency: fraction of the GPU's memory bandwidth achieved when reading
-            weights and KV cache.
-        compute_efficiency: fraction of the GPU's dense BF16 peak achieved by GEMMs.
-        decode_request_ms: per running request decoding one token (decode attention path).
-        verify_request_ms: per request verifying k+1 tokens with speculative decoding
-            (a multi-token query; for some attention backends a prefill-shaped path).
-        prefill_request_ms: per request with a prefill chunk in the step.
-        draft_pass_ms: fixed cost of one draft-model forward pass (k passes per step).
-        draft_request_ms: per request per draft pass.
-    """
-
-    base_ms: float
-    hbm_efficiency: float
-    compute_efficiency: float
-    decode_request_ms: float = 0.0
-    verify_request_ms: float = 0.0
-    prefill_request_ms: float = 0.0
-    draft_pass_ms: float = 0.0
-    draft_request_ms: float = 0.0
-
-    def __post_init__(self) -> None:
-        for name in ("hbm_efficiency", "compute_efficiency"):
-            value = getattr(self, name)
-            if not 0 < value <= 1:
-                raise SimulationError(
-                    f"simulator {name} {value} is outside (0, 1]",
-                    fix="use the fraction of peak the GPU achieves, e.g. 0.6",
-                )
-        for name in (
-            "base_ms",
-            "decode_request_ms",
-            "verify_request_ms",
-            "prefill_request_ms",
-            "draft_pass_ms",
-            "draft_request_ms",
-        ):
-            if getattr(self, name) < 0:
-                raise SimulationError(f"simulator {name} must not be negative")
+__all__ = ["AcceptanceParams", "StepTimeParams"]
 
 
 @dataclass(frozen=True, slots=True)

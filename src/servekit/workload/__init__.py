@@ -1,1 +1,1 @@
-"""Workloads (core): synthetic prompts, arrival processes."""
+"""Workloads (core): synthetic prompts, arrival processes, prompt datasets, tool definitions."""

@@ -49,6 +49,23 @@ def constant_arrivals(rate_rps: float, count: int) -> list[float]:
     return [(i + 1) / rate_rps for i in range(count)]
 
 
+def arrival_offsets(arrival: str, rate_rps: float, count: int, rng: random.Random) -> list[float]:
+    """Arrival offsets in seconds of `count` requests for an arrival process by its spelling.
+
+    Args:
+        arrival: `poisson`, `constant` or `gamma:SHAPE` (see `check_arrival`).
+        rate_rps: mean arrival rate, requests per second.
+        count: how many arrivals.
+        rng: draws the gaps (unused by `constant`).
+    """
+    check_arrival(arrival)
+    if arrival == "constant":
+        return constant_arrivals(rate_rps, count)
+    if arrival.startswith("gamma:"):
+        return gamma_arrivals(rate_rps, float(arrival.partition(":")[2]), count, rng)
+    return poisson_arrivals(rate_rps, count, rng)
+
+
 def check_arrival(text: str) -> None:
     """Accept `poisson`, `constant` or `gamma:SHAPE` with a positive finite SHAPE.
 

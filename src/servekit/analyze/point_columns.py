@@ -1,0 +1,173 @@
+"""The points table's one column spec (core): what each column shows and how, for every view.
+
+A run's points appear in three places: the brief table printed by `bench` and `sim run`
+(terminal), the same table in `summary.md` (Markdown), and the fuller per-load table of
+`servekit report` (HTML and report.md). Each column is declared once here, with where its
+value is in a summary point and how each view formats it; the views only lay the cells out.
+
+The brief table (terminal and summary.md) is the deployment's table: concurrency, output
+tok/s and mean latency, plus the timing columns; the report adds p99 latency, acceptance
+length, completed and valid, with thousands separators and more digits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Point = Mapping[str, Any]
+View = Literal["terminal", "markdown", "report"]
+
+
+def _at(point: Point, path: tuple[str, ...]) -> object:
+    value: object = point
+    for key in path:
+        value = value.get(key) if isinstance(value, Mapping) else None
+    return value
+
+
+def _brief_number(spec: str) -> Callable[[object], str]:
+    def cell(value: object) -> str:
+        return format(value, spec) if isinstance(value, int | float) else "-"
+
+    return cell
+
+
+def _report_number(digits: int) -> Callable[[object], str]:
+    def cell(value: object) -> str:
+        return f"{value:,.{digits}f}" if isinstance(value, int | float) else "-"
+
+    return cell
+
+
+def _text(value: object) -> str:
+    return str(value)
+
+
+def _brief_load(point: Point) -> str:
+    if point.get("concurrency"):
+        return f"c={point['concurrency']}"
+    return f"{point.get('rate_rps')} req/s"
+
+
+def _report_load(point: Point) -> str:
+    if point.get("concurrency") is not None:
+        return f"c={point['concurrency']}"
+    return f"rate={point.get('rate_rps')}"
+
+
+def _valid(point: Point) -> str:
+    return "yes" if (point.get("client") or {}).get("valid", True) else "no"
+
+
+@dataclass(frozen=True, slots=True)
+class Shown:
+    """How one view shows a column: its header and the text of a cell."""
+
+    header: str
+    cell: Callable[[Point], str]
+
+
+@dataclass(frozen=True, slots=True)
+class PointColumn:
+    """One column of the points table and how each view that has it shows it."""
+
+    name: str
+    views: Mapping[View, Shown]
+
+
+def _value(path: tuple[str, ...], fmt: Callable[[object], str]) -> Callable[[Point], str]:
+    return lambda point: fmt(_at(point, path))
+
+
+def _column(
+    name: str,
+    path: tuple[str, ...],
+    *,
+    brief: tuple[str, str | None] | None,
+    report: tuple[str, int | None] | None,
+    terminal_header: str | None = None,
+) -> PointColumn:
+    """A column read at `path`: brief (header, format spec), report (header, digits); a None
+    format shows the value as text."""
+    views: dict[View, Shown] = {}
+    if brief is not None:
+        header, spec = brief
+        cell = _value(path, _text if spec is None else _brief_number(spec))
+        views["terminal"] = Shown(terminal_header or header, cell)
+        views["markdown"] = Shown(header, cell)
+    if report is not None:
+        header, digits = report
+        fmt = _text if digits is None else _report_number(digits)
+        views["report"] = Shown(header, _value(path, fmt))
+    return PointColumn(name, views)
+
+
+POINT_COLUMNS: tuple[PointColumn, ...] = (
+    PointColumn(
+        "load",
+        {
+            "terminal": Shown("load", _brief_load),
+            "markdown": Shown("load", _brief_load),
+            "report": Shown("load", _report_load),
+        },
+    ),
+    _column(
+        "output_tok_s",
+        ("output_throughput_tok_s",),
+        brief=("output tok/s", ".1f"),
+        report=("output tok/s", 1),
+    ),
+    _column(
+        "latency_mean_s",
+        ("latency_s", "mean"),
+        brief=("mean latency s", ".2f"),
+        report=("mean latency s", 3),
+    ),
+    _column("latency_p99_s", ("latency_s", "p99"), brief=None, report=("p99 latency s", 3)),
+    _column(
+        "ttft_mean_ms",
+        ("ttft_ms", "mean"),
+        brief=("TTFT ms", ".0f"),
+        terminal_header="TTFT ms (mean)",
+        report=("mean TTFT ms", 1),
+    ),
+    _column(
+        "tpot_mean_ms",
+        ("tpot_ms", "mean"),
+        brief=("TPOT ms", ".1f"),
+        terminal_header="TPOT ms (mean)",
+        report=("mean TPOT ms", 2),
+    ),
+    _column(
+        "per_stream_tok_s",
+        ("per_stream_tok_s", "mean"),
+        brief=("per-stream tok/s", ".1f"),
+        report=("per-stream tok/s", 1),
+    ),
+    _column(
+        "acceptance_length",
+        ("server", "spec_acceptance_length"),
+        brief=None,
+        report=("acceptance length", 2),
+    ),
+    _column("completed", ("completed",), brief=None, report=("completed", None)),
+    _column("failed", ("failed",), brief=("failed", None), report=("failed", None)),
+    PointColumn("valid", {"report": Shown("valid", _valid)}),
+)
+
+
+def _shown(view: View) -> list[Shown]:
+    return [c.views[view] for c in POINT_COLUMNS if view in c.views]
+
+
+def point_headers(view: View) -> list[str]:
+    """The header row of the points table in one view."""
+    return [shown.header for shown in _shown(view)]
+
+
+def point_rows(points: Sequence[Point], view: View) -> list[list[str]]:
+    """The body rows of the points table in one view, one row per point, cells as text."""
+    shown = _shown(view)
+    return [[s.cell(point) for s in shown] for point in points]

@@ -1,0 +1,31 @@
+"""The reference deployment's reported figures (core): servekit's one copy of the seed table.
+
+MiniMax-M3-MXFP8 with EAGLE3 on one node of 8x A800 (profile `minimax-m3-mxfp8-8xa800`),
+input 1024 / output 128 tokens at temperature 0.7, as the deployment reported them in
+`shared/reference/seed.json`; `tests/sim/test_calibration.py` checks this copy against that
+file when it is beside the checkout. The demo, the calibration tests and
+`scripts/calibrate_sim.py` all read the figures from here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+REFERENCE_PROFILE = "minimax-m3-mxfp8-8xa800"
+
+
+@dataclass(frozen=True, slots=True)
+class ReferencePoint:
+    """One row of the deployment's throughput table (EAGLE3 on)."""
+
+    concurrency: int
+    output_throughput_tok_s: float
+    avg_latency_s: float
+
+
+SEED_TABLE: tuple[ReferencePoint, ...] = (
+    ReferencePoint(1, 83.0, 1.54),
+    ReferencePoint(4, 209.8, 2.38),
+    ReferencePoint(16, 400.0, 4.94),
+    ReferencePoint(128, 924.3, 16.90),
+)
