@@ -32,6 +32,7 @@ from servekit.plan import make_plan, plan_inputs
 from servekit.profiles import Profile, load_profile
 from servekit.render.targets import render
 from servekit.report.build import write_report
+from servekit.results.summary import Summary
 from servekit.validate.context import ValidateSpec
 from servekit.validate.runner import run_checks, validate_document
 
@@ -121,7 +122,7 @@ def sweep(
     temperature: float,
     out: Path,
     demo: DemoPlan,
-) -> dict[str, Any]:
+) -> Summary:
     """One closed-loop sweep, written to `out` in simulated time."""
     bench = profile.bench_defaults
     spec = BenchSpec(
@@ -138,21 +139,21 @@ def sweep(
     summary, stopped = run_bench(spec, points, out, version=__version__, profile=profile.name)
     if stopped is not None:
         raise stopped
-    simulated = to_simulated_time(dict(summary), demo.time_scale)
+    simulated = to_simulated_time(summary, demo.time_scale)
     write_summary(out, simulated)
     write_summary_tables(out, simulated)
     return simulated
 
 
-def deployment_table(run: dict[str, Any]) -> list[str]:
+def deployment_table(run: Summary) -> list[str]:
     """The deployment's table (concurrency, tok/s, mean latency) beside its figures."""
-    by_c = {p["concurrency"]: p for p in run["points"]}
+    by_c = {p.concurrency: p for p in run.points}
     lines = ["concurrency | throughput tok/s (deployment) | mean latency s (deployment) | diff"]
     for c, tput, lat in SEED_TABLE:
         p = by_c.get(c)
-        if p is None:
+        if p is None or p.latency_s.mean is None:
             continue
-        ours_t, ours_l = p["output_throughput_tok_s"], p["latency_s"]["mean"]
+        ours_t, ours_l = p.output_throughput_tok_s, p.latency_s.mean
         dt, dl = (ours_t / tput - 1) * 100, (ours_l / lat - 1) * 100
         lines.append(
             f"{c:>11} | {ours_t:7.1f} ({tput:6.1f}) | {ours_l:6.2f} ({lat:5.2f}) | "
@@ -198,11 +199,11 @@ def run_demo(
         results = asyncio.run(run_checks(spec, out=out / "validate"))
         doc = validate_document(results, spec)
         (out / "validate" / "validate.json").write_text(
-            json.dumps(doc, indent=2) + "\n", encoding="utf-8"
+            json.dumps(doc.as_json(), indent=2) + "\n", encoding="utf-8"
         )
         for r in results:
             say(f"validate {r.status:>4}  {r.name}: {r.detail}")
-        if not doc["passed"]:
+        if not doc.passed:
             failed = [r for r in results if r.status == "fail"]
             raise ChecksFailed(
                 f"validate failed ({', '.join(r.name for r in failed)}): "
@@ -231,10 +232,12 @@ def run_demo(
         validate=out / "validate",
     )
     per_stream: float = on.bench_defaults.per_stream_target_tok_s or 60.0
+    advice = comparison.speculation
+    setting = advice.speculative_config if advice else None
     return {
         "table": deployment_table(warm),
-        "recommendation": comparison.get("speculation", {}).get("recommendation"),
-        "speculative_config": comparison.get("speculation", {}).get("speculative_config"),
+        "recommendation": advice.recommendation if advice else None,
+        "speculative_config": setting.as_json() if setting else None,
         "per_stream": {
             "target_tok_s": per_stream,
             "temperature_0.7": highest_meeting(warm, per_stream),

@@ -9,44 +9,44 @@ in wall-clock nanoseconds.
 
 from __future__ import annotations
 
-import copy
-from typing import Any
+from servekit.results.summary import ServerBlock, Summary, SummaryPoint
 
 TIMES = ("latency_s", "latency_from_schedule_s", "ttft_ms", "ttfo_ms", "itl_ms", "chunk_gap_ms",
          "tpot_ms")  # fmt: skip
 RATES = ("per_stream_tok_s",)
-STATS = ("mean", "p50", "p90", "p99")
 
 
-def _scale_distribution(dist: Any, factor: float) -> Any:
-    if not isinstance(dist, dict):
-        return dist
-    out = dict(dist)
-    for stat in STATS:
-        if isinstance(out.get(stat), int | float):
-            out[stat] = out[stat] * factor
-    if isinstance(out.get("ci95"), dict):
-        out["ci95"] = {k: [v[0] * factor, v[1] * factor] for k, v in out["ci95"].items()}
-    return out
+def _scale_point(point: SummaryPoint, time_scale: float) -> SummaryPoint:
+    def rate(value: float | None) -> float | None:
+        return None if value is None else value * time_scale
+
+    update: dict[str, object] = {
+        "duration_s": point.duration_s / time_scale,
+        "output_throughput_tok_s": point.output_throughput_tok_s * time_scale,
+        "request_throughput_rps": point.request_throughput_rps * time_scale,
+        "goodput_rps": rate(point.goodput_rps),
+        "server": _scale_server(point.server, time_scale),
+    }
+    update |= {key: point.distribution(key).scaled(1 / time_scale) for key in TIMES}
+    update |= {key: point.distribution(key).scaled(time_scale) for key in RATES}
+    return point.model_copy(update=update)
 
 
-def to_simulated_time(summary: dict[str, Any], time_scale: float) -> dict[str, Any]:
+def _scale_server(server: ServerBlock, time_scale: float) -> ServerBlock:
+    if server.samples is None:
+        return server
+    samples = [[s[0] / time_scale, *s[1:]] for s in server.samples]
+    return server.model_copy(update={"samples": samples})
+
+
+def to_simulated_time(summary: Summary, time_scale: float) -> Summary:
     """A copy of `summary` in simulated time: times / time_scale, rates x time_scale."""
     if time_scale <= 0:
         raise ValueError(f"time_scale must be positive, not {time_scale}")
-    doc = copy.deepcopy(summary)
-    for point in doc.get("points", []):
-        point["duration_s"] = point.get("duration_s", 0.0) / time_scale
-        for key in ("output_throughput_tok_s", "request_throughput_rps", "goodput_rps"):
-            if isinstance(point.get(key), int | float):
-                point[key] = point[key] * time_scale
-        for key in TIMES:
-            point[key] = _scale_distribution(point.get(key), 1 / time_scale)
-        for key in RATES:
-            point[key] = _scale_distribution(point.get(key), time_scale)
-        server = point.get("server") or {}
-        if isinstance(server.get("samples"), list):
-            server["samples"] = [[s[0] / time_scale, *s[1:]] for s in server["samples"]]
-    doc["time_scale"] = time_scale
-    doc["times"] = f"simulated: wall-clock times / {time_scale:g}, rates x {time_scale:g}"
-    return doc
+    return summary.model_copy(
+        update={
+            "points": [_scale_point(p, time_scale) for p in summary.points],
+            "time_scale": time_scale,
+            "times": f"simulated: wall-clock times / {time_scale:g}, rates x {time_scale:g}",
+        }
+    )

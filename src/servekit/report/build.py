@@ -11,7 +11,6 @@ import datetime as dt
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from servekit import __version__
 from servekit.analyze.compare import compare_runs, speculation_facts
@@ -25,6 +24,8 @@ from servekit.render.argv import environment, vllm_serve_command
 from servekit.render.shell import quote_words
 from servekit.report import plots
 from servekit.report.document import Figure, Section, Table, render_html, render_markdown
+from servekit.results.summary import Summary, SummaryPoint
+from servekit.results.validate import ValidateDocument, load_validate
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +33,7 @@ class Run:
     """One run to report."""
 
     label: str
-    summary: dict[str, Any]
+    summary: Summary
     records: list[RequestRecord]
     profile: Profile | None
 
@@ -49,69 +50,57 @@ def load_run(path: Path) -> Run:
     return Run(run_dir.name, summary, records, summary_profile(summary))
 
 
-def summary_profile(summary: dict[str, Any]) -> Profile | None:
+def summary_profile(summary: Summary) -> Profile | None:
     """The profile a run's summary names, or None (none named, or one of another machine)."""
-    name = (summary.get("target") or {}).get("profile")
+    name = summary.target.profile
     if not name:
         return None
     try:
-        return load_profile(str(name))
+        return load_profile(name)
     except ServekitError:
         return None
 
 
-def _closed(run: Run) -> list[dict[str, Any]]:
-    return [p for p in run.summary["points"] if p.get("concurrency") is not None]
+def _closed(run: Run) -> list[SummaryPoint]:
+    return [p for p in run.summary.points if p.concurrency is not None]
 
 
-def _num(value: object, digits: int = 1) -> str:
-    return f"{value:,.{digits}f}" if isinstance(value, int | float) else "-"
+def _num(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
 
 
-def _stat(point: dict[str, Any], key: str, stat: str) -> object:
-    value = point.get(key)
-    return value.get(stat) if isinstance(value, dict) else None
+def _f(value: float | None) -> float:
+    return 0.0 if value is None else value
 
 
-def _f(point: dict[str, Any], key: str, stat: str) -> float:
-    value = _stat(point, key, stat)
-    return float(value) if isinstance(value, int | float) else 0.0
+def _acceptance(point: SummaryPoint) -> float:
+    return _f(point.server.spec_acceptance_length)
 
 
-def _acceptance(point: dict[str, Any]) -> float:
-    value = (point.get("server") or {}).get("spec_acceptance_length")
-    return float(value) if isinstance(value, int | float) else 0.0
-
-
-def _label(point: dict[str, Any]) -> str:
-    if point.get("concurrency") is not None:
-        return f"c={point['concurrency']}"
-    return f"rate={point.get('rate_rps')}"
+def _label(point: SummaryPoint) -> str:
+    if point.concurrency is not None:
+        return f"c={point.concurrency}"
+    return f"rate={point.rate_rps}"
 
 
 def points_table(run: Run) -> Table:
     """The deployment's table (concurrency, tok/s, mean latency) plus the other columns."""
     rows = []
-    for p in run.summary["points"]:
-        load = (
-            f"c={p['concurrency']}"
-            if p.get("concurrency") is not None
-            else f"rate={p.get('rate_rps')}"
-        )
-        server = p.get("server") or {}
+    for p in run.summary.points:
+        load = f"c={p.concurrency}" if p.concurrency is not None else f"rate={p.rate_rps}"
         rows.append(
             [
                 load,
-                _num(p.get("output_throughput_tok_s")),
-                _num(_stat(p, "latency_s", "mean"), 3),
-                _num(_stat(p, "latency_s", "p99"), 3),
-                _num(_stat(p, "ttft_ms", "mean")),
-                _num(_stat(p, "tpot_ms", "mean"), 2),
-                _num(_stat(p, "per_stream_tok_s", "mean")),
-                _num(server.get("spec_acceptance_length"), 2),
-                str(p.get("completed")),
-                str(p.get("failed")),
-                "yes" if (p.get("client") or {}).get("valid", True) else "no",
+                _num(p.output_throughput_tok_s),
+                _num(p.latency_s.mean, 3),
+                _num(p.latency_s.p99, 3),
+                _num(p.ttft_ms.mean),
+                _num(p.tpot_ms.mean, 2),
+                _num(p.per_stream_tok_s.mean),
+                _num(p.server.spec_acceptance_length, 2),
+                str(p.completed),
+                str(p.failed),
+                "yes" if p.client.valid else "no",
             ]
         )
     header = [
@@ -133,16 +122,16 @@ def points_table(run: Run) -> Table:
 def provenance(run: Run) -> Section:
     """Where the numbers come from: versions, target, workload, launch command, GPUs."""
     s = run.summary
-    target = s.get("target") or {}
+    target = s.target
     lines = [
         f"run: {run.label}",
-        f"started: {s.get('started_at')}  servekit {s.get('servekit_version')}",
-        f"target: {target.get('url') or 'simulated'}  model {target.get('model')}  "
-        f"server {target.get('server_version')}  profile {target.get('profile')}",
-        f"workload: {json.dumps(s.get('workload'), sort_keys=True)}",
+        f"started: {s.started_at}  servekit {s.servekit_version}",
+        f"target: {target.url or 'simulated'}  model {target.model}  "
+        f"server {target.server_version}  profile {target.profile}",
+        f"workload: {json.dumps(s.workload.as_json(), sort_keys=True)}",
     ]
-    if s.get("command"):
-        lines.append(f"command: {quote_words(s['command'])}")
+    if s.command:
+        lines.append(f"command: {quote_words(s.command)}")
     if run.profile is not None:
         prof = run.profile
         env = " ".join(f"{k}={v}" for k, v in environment(prof).items())
@@ -163,7 +152,7 @@ def run_figures(runs: list[Run], per_stream_target: float | None) -> list[Figure
     """Throughput, latency, per-stream speed, distributions, acceptance and time series."""
     figs = []
     closed = [(r, _closed(r)) for r in runs if _closed(r)]
-    xs = {r.label: [float(p["concurrency"]) for p in pts] for r, pts in closed}
+    xs = {r.label: [float(p.concurrency or 0) for p in pts] for r, pts in closed}
     if closed:
         figs.append(
             Figure(
@@ -171,7 +160,7 @@ def run_figures(runs: list[Run], per_stream_target: float | None) -> list[Figure
                 "Output throughput vs concurrency",
                 plots.lines(
                     [
-                        (r.label, xs[r.label], [p["output_throughput_tok_s"] for p in pts])
+                        (r.label, xs[r.label], [p.output_throughput_tok_s for p in pts])
                         for r, pts in closed
                     ],
                     title="Output throughput",
@@ -183,10 +172,8 @@ def run_figures(runs: list[Run], per_stream_target: float | None) -> list[Figure
         )
         series = []
         for r, pts in closed:
-            series.append(
-                (f"{r.label} mean", xs[r.label], [_f(p, "latency_s", "mean") for p in pts])
-            )
-            series.append((f"{r.label} p99", xs[r.label], [_f(p, "latency_s", "p99") for p in pts]))
+            series.append((f"{r.label} mean", xs[r.label], [_f(p.latency_s.mean) for p in pts]))
+            series.append((f"{r.label} p99", xs[r.label], [_f(p.latency_s.p99) for p in pts]))
         figs.append(
             Figure(
                 "latency",
@@ -206,7 +193,7 @@ def run_figures(runs: list[Run], per_stream_target: float | None) -> list[Figure
                 "Per-stream speed vs concurrency",
                 plots.lines(
                     [
-                        (r.label, xs[r.label], [_f(p, "per_stream_tok_s", "mean") for p in pts])
+                        (r.label, xs[r.label], [_f(p.per_stream_tok_s.mean) for p in pts])
                         for r, pts in closed
                     ],
                     title="Per-stream speed",
@@ -217,11 +204,7 @@ def run_figures(runs: list[Run], per_stream_target: float | None) -> list[Figure
                 "mean of 1000 / TPOT per request",
             )
         )
-        spec = [
-            (r, pts)
-            for r, pts in closed
-            if any((p.get("server") or {}).get("spec_acceptance_length") for p in pts)
-        ]
+        spec = [(r, pts) for r, pts in closed if any(p.server.spec_acceptance_length for p in pts)]
         if spec:
             figs.append(
                 Figure(
@@ -271,8 +254,8 @@ def run_figures(runs: list[Run], per_stream_target: float | None) -> list[Figure
                 [row[2] for row in rows],
                 [row[3] for row in rows],
             )
-            for p in r.summary["points"]
-            if (rows := (p.get("server") or {}).get("samples"))
+            for p in r.summary.points
+            if (rows := p.server.samples)
         ]
         if panels:
             figs.append(
@@ -298,10 +281,10 @@ def compare_section(a: Run, b: Run, per_stream_target: float | None) -> Section:
         spec_tokens=k,
     )
     rows = [
-        [row["load"]]
+        [row.load]
         + [
-            f"{row['deltas'][key]['delta_pct']:+.1f}% ({row['deltas'][key]['verdict']})"
-            if row["deltas"][key]["delta_pct"] is not None
+            f"{d.delta_pct:+.1f}% ({d.verdict})"
+            if (d := row.deltas[key]).delta_pct is not None
             else "n/a"
             for key in (
                 "output_throughput_tok_s",
@@ -311,26 +294,26 @@ def compare_section(a: Run, b: Run, per_stream_target: float | None) -> Section:
                 "per_stream_tok_s.mean",
             )
         ]
-        for row in doc["points"]
+        for row in doc.points
     ]
     paragraphs = [f"B = {b.label} against A = {a.label}."]
-    if doc.get("crossover"):
-        paragraphs.append(f"Crossover: {doc['crossover']}.")
-    if spec := doc.get("speculation"):
-        paragraphs.append(f"Recommendation: {spec['recommendation']}.")
-        if spec.get("speculative_config"):
-            paragraphs.append(f"vLLM setting: {json.dumps(spec['speculative_config'])}")
-    if target := doc.get("per_stream_target"):
+    if doc.crossover:
+        paragraphs.append(f"Crossover: {doc.crossover}.")
+    if spec := doc.speculation:
+        paragraphs.append(f"Recommendation: {spec.recommendation}.")
+        if spec.speculative_config:
+            paragraphs.append(f"vLLM setting: {json.dumps(spec.speculative_config.as_json())}")
+    if target := doc.per_stream_target:
         paragraphs.append(
-            f"Highest concurrency at >= {target['tok_s']:g} tok/s per stream: "
-            f"A {target['A']}, B {target['B']}."
+            f"Highest concurrency at >= {target.tok_s:g} tok/s per stream: "
+            f"A {target.A}, B {target.B}."
         )
     figure = Figure(
         "ab_deltas",
         "A/B: output throughput change per load",
         plots.bars(
-            [row["load"] for row in doc["points"]],
-            [row["deltas"]["output_throughput_tok_s"]["delta_pct"] or 0 for row in doc["points"]],
+            [row.load for row in doc.points],
+            [row.deltas["output_throughput_tok_s"].delta_pct or 0 for row in doc.points],
             title=f"{b.label} vs {a.label}",
             ylabel="% change in output tok/s",
         ),
@@ -344,13 +327,10 @@ def compare_section(a: Run, b: Run, per_stream_target: float | None) -> Section:
     return Section("A/B comparison", paragraphs, [table], figures=[figure])
 
 
-def validate_section(doc: dict[str, Any]) -> Section:
+def validate_section(doc: ValidateDocument) -> Section:
     """validate's checks (details quote model output: they are escaped by the renderer)."""
-    rows = [
-        [c["name"], c["status"], c["detail"], f"{c['duration_s']:.1f}"]
-        for c in doc.get("checks", [])
-    ]
-    verdict = "passed" if doc.get("passed") else "FAILED"
+    rows = [[c.name, c.status, c.detail, f"{c.duration_s:.1f}"] for c in doc.checks]
+    verdict = "passed" if doc.passed else "FAILED"
     return Section(
         "Functional validation",
         [f"validate {verdict}."],
@@ -365,7 +345,7 @@ def write_report(
     compare: tuple[Path, Path] | None = None,
     validate: Path | None = None,
     per_stream_target: float | None = None,
-) -> dict[str, Any]:
+) -> dict[str, str | list[str]]:
     """Write report.html, report.md and one PNG per plot into `out`; return what was written."""
     runs = [load_run(p) for p in paths]
     by_path = {p.resolve(): r for p, r in zip(paths, runs, strict=True)}
@@ -402,7 +382,7 @@ def write_report(
     }
 
 
-def _find_validate(paths: list[Path], given: Path | None) -> dict[str, Any] | None:
+def _find_validate(paths: list[Path], given: Path | None) -> ValidateDocument | None:
     candidates = (
         [given / "validate.json" if given.is_dir() else given]
         if given
@@ -414,7 +394,7 @@ def _find_validate(paths: list[Path], given: Path | None) -> dict[str, Any] | No
                 doc = json.loads(path.read_text(encoding="utf-8"))
             except json.JSONDecodeError as exc:
                 raise ServekitError(f"{path} is not JSON ({exc.msg})") from None
-            return dict(doc)
+            return load_validate(doc, where=str(path))
     if given is not None:
         raise ServekitError(f"no validate.json at {given}", fix="pass validate --out DIR's DIR")
     return None

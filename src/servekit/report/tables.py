@@ -8,12 +8,16 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
+from servekit.results.compare import CompareRow
+from servekit.results.summary import SummaryPoint
+from servekit.results.validate import CheckBlock
 
-def _fmt(value: Any, spec: str) -> str:
+
+def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def points_table(points: Sequence[Mapping[str, Any]], *, title: str) -> Table:
+def points_table(points: Sequence[SummaryPoint], *, title: str) -> Table:
     """The deployment's table (concurrency, output tok/s, mean latency) plus timing columns."""
     table = Table(
         "load",
@@ -27,15 +31,15 @@ def points_table(points: Sequence[Mapping[str, Any]], *, title: str) -> Table:
         title_justify="left",
     )
     for p in points:
-        load = f"c={p['concurrency']}" if p.get("concurrency") else f"{p.get('rate_rps')} req/s"
+        load = f"c={p.concurrency}" if p.concurrency else f"{p.rate_rps} req/s"
         table.add_row(
             load,
-            _fmt(p["output_throughput_tok_s"], ".1f"),
-            _fmt(p["latency_s"]["mean"], ".2f"),
-            _fmt(p["ttft_ms"]["mean"], ".0f"),
-            _fmt(p["tpot_ms"]["mean"], ".1f"),
-            _fmt(p["per_stream_tok_s"]["mean"], ".1f"),
-            str(p["failed"]),
+            _fmt(p.output_throughput_tok_s, ".1f"),
+            _fmt(p.latency_s.mean, ".2f"),
+            _fmt(p.ttft_ms.mean, ".0f"),
+            _fmt(p.tpot_ms.mean, ".1f"),
+            _fmt(p.per_stream_tok_s.mean, ".1f"),
+            str(p.failed),
         )
     return table
 
@@ -62,19 +66,19 @@ def fit_table(rows: Sequence[Mapping[str, Any]], *, title: str) -> Table:
 _STATUS_STYLE = {"pass": "green", "fail": "bold red", "warn": "yellow", "skip": "dim"}
 
 
-def checks_table(checks: list[dict[str, Any]], *, title: str) -> Table:
+def checks_table(checks: Sequence[CheckBlock], *, title: str) -> Table:
     """validate's checks: status, name, one-line detail and duration (details escaped, since
     they quote model output)."""
     table = Table(title=title, show_lines=False)
     for column in ("status", "check", "detail", "s"):
         table.add_column(column, overflow="fold", justify="right" if column == "s" else "left")
     for check in checks:
-        status = str(check["status"])
+        status = check.status
         table.add_row(
             Text(status.upper(), style=_STATUS_STYLE.get(status, "")),
-            str(check["name"]),
-            Text(str(check["detail"])),
-            f"{float(check['duration_s']):.1f}",
+            check.name,
+            Text(check.detail),
+            f"{check.duration_s:.1f}",
         )
     return table
 
@@ -90,20 +94,20 @@ _COMPARE_COLUMNS = (
 )
 
 
-def compare_table(rows: list[dict[str, Any]], *, title: str) -> Table:
+def compare_table(rows: Sequence[CompareRow], *, title: str) -> Table:
     """compare's rows: per load, B's change against A for each headline metric."""
     table = Table(title=title)
     table.add_column("load")
     for label, _ in _COMPARE_COLUMNS:
         table.add_column(label, justify="right")
     for row in rows:
-        cells: list[Text | str] = [str(row["load"])]
+        cells: list[Text | str] = [row.load]
         for _, key in _COMPARE_COLUMNS:
-            d = row["deltas"][key]
-            if d["delta_pct"] is None:
+            d = row.deltas[key]
+            if d.delta_pct is None:
                 cells.append("n/a")
                 continue
-            style = _VERDICT_STYLE.get(d["verdict"], "")
-            cells.append(Text(f"{d['delta_pct']:+.1f}%", style=style))
+            style = _VERDICT_STYLE.get(d.verdict, "")
+            cells.append(Text(f"{d.delta_pct:+.1f}%", style=style))
         table.add_row(*cells)
     return table

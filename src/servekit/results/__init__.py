@@ -1,0 +1,7 @@
+"""The documents servekit writes, as frozen typed models (core): one module per document.
+
+`summary` (summary.json of a bench or sim run), `compare` (`compare --json`), `plan`
+(`plan --json`), `validate` (`validate --json` and validate.json); the per-request record is
+`servekit.records.RequestRecord`. Each document carries `schema_version`; `schemas` writes
+their JSON Schemas to docs/schemas/.
+"""
