@@ -11,25 +11,33 @@ from __future__ import annotations
 
 from servekit.results.summary import ServerBlock, Summary, SummaryPoint
 
-TIMES = ("latency_s", "latency_from_schedule_s", "ttft_ms", "ttfo_ms", "itl_ms", "chunk_gap_ms",
-         "tpot_ms")  # fmt: skip
-RATES = ("per_stream_tok_s",)
-
 
 def _scale_point(point: SummaryPoint, time_scale: float) -> SummaryPoint:
-    def rate(value: float | None) -> float | None:
-        return None if value is None else value * time_scale
-
-    update: dict[str, object] = {
-        "duration_s": point.duration_s / time_scale,
-        "output_throughput_tok_s": point.output_throughput_tok_s * time_scale,
-        "request_throughput_rps": point.request_throughput_rps * time_scale,
-        "goodput_rps": rate(point.goodput_rps),
-        "server": _scale_server(point.server, time_scale),
-    }
-    update |= {key: point.distribution(key).scaled(1 / time_scale) for key in TIMES}
-    update |= {key: point.distribution(key).scaled(time_scale) for key in RATES}
-    return point.model_copy(update=update)
+    """Times (durations, latencies, TTFT, ITL, TPOT) / time_scale; rates x time_scale."""
+    slower, faster = 1 / time_scale, time_scale
+    return SummaryPoint(
+        concurrency=point.concurrency,
+        rate_rps=point.rate_rps,
+        completed=point.completed,
+        failed=point.failed,
+        errors=point.errors,
+        duration_s=point.duration_s / time_scale,
+        output_tokens=point.output_tokens,
+        output_throughput_tok_s=point.output_throughput_tok_s * faster,
+        request_throughput_rps=point.request_throughput_rps * faster,
+        latency_s=point.latency_s.scaled(slower),
+        latency_from_schedule_s=point.latency_from_schedule_s.scaled(slower),
+        ttft_ms=point.ttft_ms.scaled(slower),
+        ttfo_ms=point.ttfo_ms.scaled(slower),
+        itl_ms=point.itl_ms.scaled(slower),
+        chunk_gap_ms=point.chunk_gap_ms.scaled(slower),
+        tpot_ms=point.tpot_ms.scaled(slower),
+        per_stream_tok_s=point.per_stream_tok_s.scaled(faster),
+        goodput_rps=None if point.goodput_rps is None else point.goodput_rps * faster,
+        goodput_fraction=point.goodput_fraction,
+        server=_scale_server(point.server, time_scale),
+        client=point.client,
+    )
 
 
 def _scale_server(server: ServerBlock, time_scale: float) -> ServerBlock:
