@@ -88,3 +88,9 @@ def test_cli_json_outputs_match_the_schemas(
     for doc in (bench, sim, validate, plan, compare):
         assert doc["schema_version"] == 1
     assert next(iter(bench)) == "schema_version"
+    # optional keys are absent, not null: only a real server has a /v1/models entry
+    assert "model_info" in bench["target"]
+    assert "model_info" not in sim["target"]
+    assert "api" in bench["workload"]
+    assert sim["workload"]["simulated"] is True
+    assert "simulated" not in bench["workload"]
