@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from servekit.bench.store import read_summary, write_summary
 from servekit.cli.main import cli
-from servekit.results._base import DocumentError
+from servekit.results import DocumentError
 from servekit.results.summary import load_summary
 
 PROFILE = "minimax-m3-mxfp8-8xa800"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from servekit.results._base import DocumentError
+from servekit.results import DocumentError
 from servekit.results.validate import load_validate
 
 CHECK = {"name": "chat", "status": "pass", "detail": "ok", "duration_s": 0.1}

@@ -5,3 +5,7 @@
 `servekit.records.RequestRecord`. Each document carries `schema_version`; `schemas` writes
 their JSON Schemas to docs/schemas/.
 """
+
+from servekit.results._base import Document, DocumentError
+
+__all__ = ["Document", "DocumentError"]
