@@ -82,6 +82,7 @@ def test_a_future_version_fails_with_one_line_naming_it(run: Path, tmp_path: Pat
         ({"schema_version": 0}, "schema_version 0, which no servekit wrote"),
         ({"surprise": True}, "surprise: Extra inputs are not permitted"),
         ({"points": [{"concurrency": "many"}]}, "points.0.concurrency"),
+        ({"points": [{}]}, "schema_version 1: points.0.concurrency: Field required"),
     ],
 )
 def test_invalid_summaries_name_the_problem(
