@@ -94,8 +94,8 @@ def servekit_rate(port: int, concurrency: int) -> tuple[float, bool]:
             spec, [PointSpec(f"c={concurrency}", concurrency=concurrency)], Path(tmp),
             version="bench",
         )  # fmt: skip
-    point = summary["points"][0]  # type: ignore[index]
-    return float(point["output_throughput_tok_s"]), bool(point["client"]["valid"])
+    point = summary.points[0]
+    return point.output_throughput_tok_s, point.client.valid
 
 
 def vllm_rate(port: int, concurrency: int, tokenizer: Path) -> float | None:

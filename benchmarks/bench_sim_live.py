@@ -46,10 +46,9 @@ def live(url: str, concurrency: int, requests: int, out: Path) -> tuple[float, f
         spec, [PointSpec(f"c={concurrency}", concurrency=concurrency)], out, version="bench"
     )
     assert stopped is None
-    points = summary["points"]
-    assert isinstance(points, list)
-    point = points[0]
-    return point["output_throughput_tok_s"], point["latency_s"]["mean"]
+    point = summary.points[0]
+    assert point.latency_s.mean is not None
+    return point.output_throughput_tok_s, point.latency_s.mean
 
 
 def offline(concurrency: int, requests: int) -> tuple[float, float]:

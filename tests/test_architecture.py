@@ -63,6 +63,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"errors"}),  # the error tree
     frozenset({"servekit", "units", "lines"}),  # version, units, line search
     frozenset({"specs", "records", "reference"}),  # shared values, the seed figures
+    frozenset({"results"}),  # the typed documents (summary, plan, validate, compare)
     frozenset({"profiles", "hardware", "kb"}),  # data and its loaders
     frozenset({"plan", "workload", "analyze", "render"}),  # pure models
     frozenset({"doctor", "sim", "client"}),  # checks, the simulator, the one HTTP seam

@@ -33,6 +33,7 @@ from servekit.profiles import Profile, load_profile
 from servekit.reference import REFERENCE_PROFILE, SEED_TABLE
 from servekit.render.targets import render
 from servekit.report.build import write_report
+from servekit.results.summary import Summary
 from servekit.validate.context import ValidateSpec
 from servekit.validate.runner import run_checks, validate_document
 
@@ -116,7 +117,7 @@ def sweep(
     temperature: float,
     out: Path,
     demo: DemoPlan,
-) -> dict[str, Any]:
+) -> Summary:
     """One closed-loop sweep, written to `out` in simulated time."""
     bench = profile.bench_defaults
     spec = BenchSpec(
@@ -133,22 +134,22 @@ def sweep(
     summary, stopped = run_bench(spec, points, out, version=__version__, profile=profile.name)
     if stopped is not None:
         raise stopped
-    simulated = to_simulated_time(dict(summary), demo.time_scale)
+    simulated = to_simulated_time(summary, demo.time_scale)
     write_summary(out, simulated)
     write_summary_tables(out, simulated)
     return simulated
 
 
-def deployment_table(run: dict[str, Any]) -> list[str]:
+def deployment_table(run: Summary) -> list[str]:
     """The deployment's table (concurrency, tok/s, mean latency) beside its figures."""
-    by_c = {p["concurrency"]: p for p in run["points"]}
+    by_c = {p.concurrency: p for p in run.points}
     lines = ["concurrency | throughput tok/s (deployment) | mean latency s (deployment) | diff"]
     for row in SEED_TABLE:
         c, tput, lat = row.concurrency, row.output_throughput_tok_s, row.avg_latency_s
         p = by_c.get(c)
-        if p is None:
+        if p is None or p.latency_s.mean is None:
             continue
-        ours_t, ours_l = p["output_throughput_tok_s"], p["latency_s"]["mean"]
+        ours_t, ours_l = p.output_throughput_tok_s, p.latency_s.mean
         dt, dl = (ours_t / tput - 1) * 100, (ours_l / lat - 1) * 100
         lines.append(
             f"{c:>11} | {ours_t:7.1f} ({tput:6.1f}) | {ours_l:6.2f} ({lat:5.2f}) | "
@@ -194,11 +195,11 @@ def run_demo(
         results = asyncio.run(run_checks(spec, out=out / "validate"))
         doc = validate_document(results, spec)
         (out / "validate" / "validate.json").write_text(
-            json.dumps(doc, indent=2) + "\n", encoding="utf-8"
+            json.dumps(doc.as_json(), indent=2) + "\n", encoding="utf-8"
         )
         for r in results:
             say(f"validate {r.status:>4}  {r.name}: {r.detail}")
-        if not doc["passed"]:
+        if not doc.passed:
             failed = [r for r in results if r.status == "fail"]
             raise ChecksFailed(
                 f"validate failed ({', '.join(r.name for r in failed)}): "
@@ -227,10 +228,12 @@ def run_demo(
         validate=out / "validate",
     )
     per_stream: float = on.bench_defaults.per_stream_target_tok_s or 60.0
+    advice = comparison.speculation
+    setting = advice.speculative_config if advice else None
     return {
         "table": deployment_table(warm),
-        "recommendation": comparison.get("speculation", {}).get("recommendation"),
-        "speculative_config": comparison.get("speculation", {}).get("speculative_config"),
+        "recommendation": advice.recommendation if advice else None,
+        "speculative_config": setting.as_json() if setting else None,
         "per_stream": {
             "target_tok_s": per_stream,
             "temperature_0.7": highest_meeting(warm, per_stream),

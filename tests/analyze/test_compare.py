@@ -9,8 +9,25 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from servekit.analyze.compare import compare_runs, delta, highest_meeting
+from servekit.analyze import compare
+from servekit.analyze.compare import delta
 from servekit.cli.main import cli
+from servekit.results.summary import SummaryPoint, load_summary
+
+
+def compare_runs(a: dict[str, Any], b: dict[str, Any], **options: Any) -> dict[str, Any]:
+    """compare_runs on two hand-built summaries (previous format), as JSON."""
+    return compare.compare_runs(load_summary(a), load_summary(b), **options).as_json()
+
+
+def highest_meeting(run: dict[str, Any], target: float) -> int | None:
+    """highest_meeting on a hand-built summary (previous format)."""
+    return compare.highest_meeting(load_summary(run), target)
+
+
+def points(*docs: dict[str, Any]) -> list[SummaryPoint]:
+    """Hand-built points (previous format) as typed points."""
+    return load_summary({"points": list(docs)}).points
 
 
 def point(c: int, tput: float, lat: float, *, ci: float = 0.01, spec: bool = False,
@@ -90,8 +107,8 @@ def test_advice_when_speculation_always_or_never_helps() -> None:
 
 def test_noise_without_intervals_uses_two_percent() -> None:
     """A statistic without an interval counts as changed beyond 2%."""
-    a = {"output_throughput_tok_s": 100.0, "ttft_ms": {"mean": 100.0}}
-    b = {"output_throughput_tok_s": 101.5, "ttft_ms": {"mean": 97.0}}
+    a, b = points({"output_throughput_tok_s": 100.0, "ttft_ms": {"mean": 100.0}},
+                  {"output_throughput_tok_s": 101.5, "ttft_ms": {"mean": 97.0}})  # fmt: skip
     assert delta("t", a, b, "output_throughput_tok_s", None, True).verdict == "within noise"
     assert delta("f", a, b, "ttft_ms", "mean", False).verdict == "better"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from servekit.analyze.point_columns import POINT_COLUMNS, point_headers, point_rows
+from servekit.results.summary import load_summary
 
 POINT = {
     "concurrency": 4,
@@ -18,6 +19,8 @@ POINT = {
     "client": {"valid": False},
 }
 OPEN = {**POINT, "concurrency": None, "rate_rps": 2.0, "latency_s": {"mean": None}}
+# Read as a summary of the previous format (what a point lacks is left empty).
+POINT, OPEN = load_summary({"points": [POINT, OPEN]}).points
 
 
 def test_brief_views_share_cells_and_differ_only_in_two_headers() -> None:

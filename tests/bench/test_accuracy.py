@@ -65,7 +65,7 @@ def test_accuracy_at_concurrency_128(tmp_path: Path, start_script: Callable[...,
         finally:
             os.sched_setaffinity(0, mine)
         assert stopped is None
-        if summary["points"][0]["client"]["valid"]:  # type: ignore[index]
+        if summary.points[0].client.valid:
             break
     m = point_metrics(read_records(out))
     true = truth(truth_file)

@@ -49,6 +49,8 @@ from servekit.report.log_view import print_analysis
 from servekit.report.plan_view import plan_view
 from servekit.report.startup_view import print_ready, print_started, stage_progress
 from servekit.report.tables import checks_table, compare_table, fit_table, points_table
+from servekit.results.summary import Summary
+from servekit.results.validate import load_validate
 from servekit.runtime.follow import StartupOutcome
 from servekit.runtime.launch import docker_argv, process_argv
 from servekit.runtime.state import EngineState
@@ -105,24 +107,25 @@ def _builtin(name: str) -> Profile:
 # --- tables ---------------------------------------------------------------------------------
 
 
-def _summary(run: str) -> Any:
+def _summary(run: str) -> Summary:
     """A checked-in run's summary.json, loaded the way servekit compare and report load it."""
     return read_summary(DATA / run)
 
 
 def _points(run: str, title: str) -> Draw:
-    return lambda console: console.print(points_table(_summary(run)["points"], title=title))
+    return lambda console: console.print(points_table(_summary(run).points, title=title))
 
 
 def _bench_points(console: Console) -> None:
     summary = _summary("bench-faulty")
-    title = f"bench {summary['target']['url']} ({summary['target']['model']})"
-    console.print(points_table(summary["points"], title=title))
+    title = f"bench {summary.target.url} ({summary.target.model})"
+    console.print(points_table(summary.points, title=title))
 
 
 def _checks(console: Console) -> None:
     doc = json.loads((DATA / "validate-llama.json").read_text(encoding="utf-8"))
-    console.print(checks_table(doc["checks"], title=f"validate {doc['target']['url']}"))
+    checks = load_validate(doc).checks
+    console.print(checks_table(checks, title=f"validate {doc['target']['url']}"))
 
 
 def _compare(console: Console) -> None:
@@ -130,7 +133,7 @@ def _compare(console: Console) -> None:
     name, max_batch, k = speculation_facts([summary_profile(a), summary_profile(b)])
     doc = compare_runs(a, b, per_stream_target=None, spec_name=name, max_batch=max_batch,
                        spec_tokens=k)  # fmt: skip
-    console.print(compare_table(doc["points"], title="B = sim-m3  vs  A = sim-m3-no-eagle3"))
+    console.print(compare_table(doc.points, title="B = sim-m3  vs  A = sim-m3-no-eagle3"))
 
 
 def _fit(console: Console) -> None:

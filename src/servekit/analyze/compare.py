@@ -13,9 +13,20 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Literal
 
 from servekit.profiles.schema import Profile
+from servekit.results.compare import (
+    COMPARE_VERSION,
+    CompareRow,
+    Comparison,
+    DeltaBlock,
+    PerStreamTarget,
+    SpeculationAdvice,
+    SpeculativeConfig,
+    Verdict,
+)
+from servekit.results.summary import Stat, Summary, SummaryPoint
 
 NOISE_PCT = 2.0
 # Speculation is worth enabling at a load only when it raises throughput by at least this
@@ -23,7 +34,7 @@ NOISE_PCT = 2.0
 # and the draft adds a failure surface; a gain smaller than this does not pay for that.
 MIN_SPEC_GAIN_PCT = 5.0
 # Each metric: its key in summary.json, the statistic (None: a plain number), higher is better.
-METRICS: tuple[tuple[str, str | None, bool], ...] = (
+METRICS: tuple[tuple[str, Stat | None, bool], ...] = (
     ("output_throughput_tok_s", None, True),
     ("latency_s", "mean", False),
     ("latency_s", "p50", False),
@@ -43,32 +54,39 @@ class Delta:
     a: float | None
     b: float | None
     delta_pct: float | None
-    verdict: str  # better | worse | within noise | n/a
+    verdict: Verdict
+
+    def to_block(self) -> DeltaBlock:
+        """The compare --json form of this delta."""
+        return DeltaBlock(a=self.a, b=self.b, delta_pct=self.delta_pct, verdict=self.verdict)
 
 
-def _load_key(point: dict[str, Any]) -> tuple[str, float] | None:
-    if point.get("concurrency") is not None:
-        return ("concurrency", float(point["concurrency"]))
-    if point.get("rate_rps") is not None:
-        return ("rate_rps", float(point["rate_rps"]))
+Load = tuple[Literal["concurrency", "rate_rps"], float]
+
+
+def _load_key(point: SummaryPoint) -> Load | None:
+    if point.concurrency is not None:
+        return ("concurrency", float(point.concurrency))
+    if point.rate_rps is not None:
+        return ("rate_rps", float(point.rate_rps))
     return None
 
 
 def _stat(
-    point: dict[str, Any], key: str, stat: str | None
+    point: SummaryPoint, key: str, stat: Stat | None
 ) -> tuple[float | None, tuple[float, float] | None]:
-    value = point.get(key)
     if stat is None:
-        return (float(value) if isinstance(value, int | float) else None), None
-    if not isinstance(value, dict) or value.get(stat) is None:
+        return point.figure(key), None
+    block = point.distribution(key)
+    value = block.stat(stat)
+    if value is None:
         return None, None
-    ci = (value.get("ci95") or {}).get(stat)
-    return float(value[stat]), (float(ci[0]), float(ci[1])) if ci else None
+    return value, block.interval(stat)
 
 
-def _throughput_ci(point: dict[str, Any], value: float) -> tuple[float, float] | None:
+def _throughput_ci(point: SummaryPoint, value: float) -> tuple[float, float] | None:
     mean, ci = _stat(point, "latency_s", "mean")
-    if not mean or ci is None or point.get("concurrency") is None:
+    if not mean or ci is None or point.concurrency is None:
         return None
     # throughput is proportional to 1 / mean latency in a closed loop
     return value * mean / ci[1], value * mean / ci[0]
@@ -76,10 +94,10 @@ def _throughput_ci(point: dict[str, Any], value: float) -> tuple[float, float] |
 
 def delta(
     metric: str,
-    pa: dict[str, Any],
-    pb: dict[str, Any],
+    pa: SummaryPoint,
+    pb: SummaryPoint,
     key: str,
-    stat: str | None,
+    stat: Stat | None,
     higher_better: bool,
 ) -> Delta:
     """The change of one metric from point A to point B, with its verdict."""
@@ -94,29 +112,29 @@ def delta(
         apart = ca[1] < cb[0] or cb[1] < ca[0]
     else:
         apart = abs(pct) > NOISE_PCT
-    verdict = "better" if (b > a) == higher_better else "worse"
+    verdict: Verdict = "better" if (b > a) == higher_better else "worse"
     if not apart:
         verdict = "within noise"
     return Delta(metric, a, b, round(pct, 2), verdict)
 
 
-def pair_points(
-    run_a: dict[str, Any], run_b: dict[str, Any]
-) -> list[tuple[tuple[str, float], dict[str, Any], dict[str, Any]]]:
+def pair_points(run_a: Summary, run_b: Summary) -> list[tuple[Load, SummaryPoint, SummaryPoint]]:
     """Points present in both runs, by load, lowest load first."""
-    index_b = {k: p for p in run_b.get("points", []) if (k := _load_key(p)) is not None}
-    pairs = [(k, p, index_b[k]) for p in run_a.get("points", []) if (k := _load_key(p)) in index_b]
+    index_b = {k: p for p in run_b.points if (k := _load_key(p)) is not None}
+    pairs = [
+        (k, p, index_b[k]) for p in run_a.points if (k := _load_key(p)) is not None and k in index_b
+    ]
     return sorted(pairs, key=lambda item: (item[0][0], item[0][1]))
 
 
-def _label(load: tuple[str, float]) -> str:
+def _label(load: Load) -> str:
     kind, value = load
     return f"c={value:g}" if kind == "concurrency" else f"rate={value:g}"
 
 
-def crossover(rows: list[dict[str, Any]]) -> str | None:
+def crossover(rows: list[CompareRow]) -> str | None:
     """Where B's throughput verdict against A turns from better to worse (or back)."""
-    verdicts = [(r["load"], r["deltas"]["output_throughput_tok_s"]["verdict"]) for r in rows]
+    verdicts = [(r.load, r.deltas["output_throughput_tok_s"].verdict) for r in rows]
     signed = [(load, v) for load, v in verdicts if v in ("better", "worse")]
     for (load_1, v1), (load_2, v2) in itertools.pairwise(signed):
         if v1 != v2:
@@ -124,41 +142,41 @@ def crossover(rows: list[dict[str, Any]]) -> str | None:
     return None
 
 
-def highest_meeting(run: dict[str, Any], target: float) -> int | None:
+def highest_meeting(run: Summary, target: float) -> int | None:
     """The highest concurrency whose mean per-stream speed meets `target` tok/s."""
     best = None
-    for point in run.get("points", []):
-        speed = (point.get("per_stream_tok_s") or {}).get("mean")
-        if point.get("concurrency") is not None and speed is not None and speed >= target:
-            best = max(best or 0, int(point["concurrency"]))
+    for point in run.points:
+        speed = point.per_stream_tok_s.mean
+        if point.concurrency is not None and speed is not None and speed >= target:
+            best = max(best or 0, point.concurrency)
     return best
 
 
-def has_speculation(run: dict[str, Any]) -> bool:
+def has_speculation(run: Summary) -> bool:
     """Whether any point of the run saw speculative-decoding acceptance on the server."""
-    return any((p.get("server") or {}).get("spec_acceptance_length") for p in run.get("points", []))
+    return any(p.server.spec_acceptance_length for p in run.points)
 
 
 def speculation_advice(
-    rows: list[dict[str, Any]],
+    rows: list[CompareRow],
     spec_is_b: bool,
     name: str,
     k: int | None,
     max_batch: int,
     min_gain_pct: float = MIN_SPEC_GAIN_PCT,
-) -> dict[str, Any]:
+) -> SpeculationAdvice:
     """When speculation pays: the highest load up to which the speculative run's throughput
     is better beyond noise and by at least `min_gain_pct` at every load, what it gains or
     costs above that, and the vLLM setting that enacts it."""
     gains: list[tuple[float, bool, float]] = []  # (load, pays, % gain of spec over plain)
     for row in rows:
-        d = row["deltas"]["output_throughput_tok_s"]
-        if d["a"] is None or d["b"] is None:
+        d = row.deltas["output_throughput_tok_s"]
+        if d.a is None or d.b is None:
             continue
-        spec, plain = (d["b"], d["a"]) if spec_is_b else (d["a"], d["b"])
+        spec, plain = (d.b, d.a) if spec_is_b else (d.a, d.b)
         gain = (spec - plain) / plain * 100 if plain else 0.0
-        beyond_noise = d["verdict"] != "within noise"
-        gains.append((row["load_value"], beyond_noise and gain >= min_gain_pct, gain))
+        beyond_noise = d.verdict != "within noise"
+        gains.append((row.load_value, beyond_noise and gain >= min_gain_pct, gain))
     enable_upto = None
     for value, pays, _ in gains:
         if not pays:
@@ -179,22 +197,23 @@ def speculation_advice(
         beyond = _above(above, min_gain_pct)
         text = f"enable {name} at concurrency <= {enable_upto:g}; above that {beyond}"
         upto = int(enable_upto)
-        setting = {
-            "num_speculative_tokens_per_batch_size": [
-                [1, upto, k or 1],
-                [upto + 1, max(max_batch, upto + 1), 0],
+        setting = SpeculativeConfig(
+            num_speculative_tokens_per_batch_size=[
+                (1, upto, k or 1),
+                (upto + 1, max(max_batch, upto + 1), 0),
             ],
-            "note": "vLLM's dynamic speculative decoding (in speculative_config, on V1 engines "
+            note="vLLM's dynamic speculative decoding (in speculative_config, on V1 engines "
             "that have it); disable_by_batch_size has had no effect since v0.10.0 and was "
             "removed (vLLM PR #35060)",
-        }
-    return {
-        "recommendation": text,
-        "enable_up_to_concurrency": enable_upto,
-        "min_gain_pct": min_gain_pct,
-        "gains_pct": [[value, round(g, 2)] for value, _, g in gains],
-        "speculative_config": setting,
-    }
+        )
+    return SpeculationAdvice(
+        run="B" if spec_is_b else "A",
+        recommendation=text,
+        enable_up_to_concurrency=enable_upto,
+        min_gain_pct=min_gain_pct,
+        gains_pct=[(value, round(g, 2)) for value, _, g in gains],
+        speculative_config=setting,
+    )
 
 
 def _above(gains: list[float], min_gain_pct: float) -> str:
@@ -234,46 +253,43 @@ def speculation_facts(profiles: Iterable[Profile | None]) -> tuple[str, int, int
 
 
 def compare_runs(
-    run_a: dict[str, Any],
-    run_b: dict[str, Any],
+    run_a: Summary,
+    run_b: Summary,
     *,
     per_stream_target: float | None = None,
     spec_name: str = "speculative decoding",
     max_batch: int = 4096,
     spec_tokens: int | None = None,
-) -> dict[str, Any]:
+) -> Comparison:
     """The whole comparison document of `servekit compare`."""
     rows = []
     for load, pa, pb in pair_points(run_a, run_b):
         deltas = {}
         for key, stat, higher in METRICS:
             name = key if stat is None else f"{key}.{stat}"
-            d = delta(name, pa, pb, key, stat, higher)
-            deltas[name] = {"a": d.a, "b": d.b, "delta_pct": d.delta_pct, "verdict": d.verdict}
-        rows.append(
-            {"load": _label(load), "load_kind": load[0], "load_value": load[1], "deltas": deltas}
-        )
-    doc: dict[str, Any] = {"points": rows, "crossover": crossover(rows)}
+            deltas[name] = delta(name, pa, pb, key, stat, higher).to_block()
+        rows.append(CompareRow(load=_label(load), load_kind=load[0], load_value=load[1],
+                               deltas=deltas))  # fmt: skip
+    doc = Comparison(schema_version=COMPARE_VERSION, points=rows, crossover=crossover(rows))
     spec_a, spec_b = has_speculation(run_a), has_speculation(run_b)
-    if spec_a != spec_b and rows and rows[0]["load_kind"] == "concurrency":
+    if spec_a != spec_b and rows and rows[0].load_kind == "concurrency":
         spec_run = run_b if spec_b else run_a
         per_pos = next(
             (
-                p["server"].get("spec_acceptance_per_position")
-                for p in spec_run["points"]
-                if (p.get("server") or {}).get("spec_acceptance_per_position")
+                p.server.spec_acceptance_per_position
+                for p in spec_run.points
+                if p.server.spec_acceptance_per_position
             ),
             None,
         )
-        k = spec_tokens or (len(per_pos) if isinstance(per_pos, list) else None)
-        doc["speculation"] = {
-            "run": "B" if spec_b else "A",
-            **speculation_advice(rows, spec_b, spec_name, k, max_batch),
-        }
+        k = spec_tokens or (len(per_pos) if per_pos is not None else None)
+        advice = speculation_advice(rows, spec_b, spec_name, k, max_batch)
+        doc = doc.model_copy(update={"speculation": advice})
     if per_stream_target is not None:
-        doc["per_stream_target"] = {
-            "tok_s": per_stream_target,
-            "A": highest_meeting(run_a, per_stream_target),
-            "B": highest_meeting(run_b, per_stream_target),
-        }
+        target = PerStreamTarget(
+            tok_s=per_stream_target,
+            A=highest_meeting(run_a, per_stream_target),
+            B=highest_meeting(run_b, per_stream_target),
+        )
+        doc = doc.model_copy(update={"per_stream_target": target})
     return doc

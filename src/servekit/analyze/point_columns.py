@@ -2,8 +2,8 @@
 
 A run's points appear in three places: the brief table printed by `bench` and `sim run`
 (terminal), the same table in `summary.md` (Markdown), and the fuller per-load table of
-`servekit report` (HTML and report.md). Each column is declared once here, with where its
-value is in a summary point and how each view formats it; the views only lay the cells out.
+`servekit report` (HTML and report.md). Each column is declared once here, with how its
+value is read from a summary point and how each view formats it; the views only lay the cells out.
 
 The brief table (terminal and summary.md) is the deployment's table: concurrency, output
 tok/s and mean latency, plus the timing columns; the report adds p99 latency, acceptance
@@ -14,17 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
-Point = Mapping[str, Any]
+from servekit.results.summary import SummaryPoint
+
+Point = SummaryPoint
 View = Literal["terminal", "markdown", "report"]
-
-
-def _at(point: Point, path: tuple[str, ...]) -> object:
-    value: object = point
-    for key in path:
-        value = value.get(key) if isinstance(value, Mapping) else None
-    return value
+Getter = Callable[[Point], object]
 
 
 def _brief_number(spec: str) -> Callable[[object], str]:
@@ -46,19 +42,19 @@ def _text(value: object) -> str:
 
 
 def _brief_load(point: Point) -> str:
-    if point.get("concurrency"):
-        return f"c={point['concurrency']}"
-    return f"{point.get('rate_rps')} req/s"
+    if point.concurrency:
+        return f"c={point.concurrency}"
+    return f"{point.rate_rps} req/s"
 
 
 def _report_load(point: Point) -> str:
-    if point.get("concurrency") is not None:
-        return f"c={point['concurrency']}"
-    return f"rate={point.get('rate_rps')}"
+    if point.concurrency is not None:
+        return f"c={point.concurrency}"
+    return f"rate={point.rate_rps}"
 
 
 def _valid(point: Point) -> str:
-    return "yes" if (point.get("client") or {}).get("valid", True) else "no"
+    return "yes" if point.client.valid else "no"
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,30 +73,30 @@ class PointColumn:
     views: Mapping[View, Shown]
 
 
-def _value(path: tuple[str, ...], fmt: Callable[[object], str]) -> Callable[[Point], str]:
-    return lambda point: fmt(_at(point, path))
+def _value(get: Getter, fmt: Callable[[object], str]) -> Callable[[Point], str]:
+    return lambda point: fmt(get(point))
 
 
 def _column(
     name: str,
-    path: tuple[str, ...],
+    get: Getter,
     *,
     brief: tuple[str, str | None] | None,
     report: tuple[str, int | None] | None,
     terminal_header: str | None = None,
 ) -> PointColumn:
-    """A column read at `path`: brief (header, format spec), report (header, digits); a None
+    """A column read by `get`: brief (header, format spec), report (header, digits); a None
     format shows the value as text."""
     views: dict[View, Shown] = {}
     if brief is not None:
         header, spec = brief
-        cell = _value(path, _text if spec is None else _brief_number(spec))
+        cell = _value(get, _text if spec is None else _brief_number(spec))
         views["terminal"] = Shown(terminal_header or header, cell)
         views["markdown"] = Shown(header, cell)
     if report is not None:
         header, digits = report
         fmt = _text if digits is None else _report_number(digits)
-        views["report"] = Shown(header, _value(path, fmt))
+        views["report"] = Shown(header, _value(get, fmt))
     return PointColumn(name, views)
 
 
@@ -115,45 +111,45 @@ POINT_COLUMNS: tuple[PointColumn, ...] = (
     ),
     _column(
         "output_tok_s",
-        ("output_throughput_tok_s",),
+        lambda p: p.output_throughput_tok_s,
         brief=("output tok/s", ".1f"),
         report=("output tok/s", 1),
     ),
     _column(
         "latency_mean_s",
-        ("latency_s", "mean"),
+        lambda p: p.latency_s.mean,
         brief=("mean latency s", ".2f"),
         report=("mean latency s", 3),
     ),
-    _column("latency_p99_s", ("latency_s", "p99"), brief=None, report=("p99 latency s", 3)),
+    _column("latency_p99_s", lambda p: p.latency_s.p99, brief=None, report=("p99 latency s", 3)),
     _column(
         "ttft_mean_ms",
-        ("ttft_ms", "mean"),
+        lambda p: p.ttft_ms.mean,
         brief=("TTFT ms", ".0f"),
         terminal_header="TTFT ms (mean)",
         report=("mean TTFT ms", 1),
     ),
     _column(
         "tpot_mean_ms",
-        ("tpot_ms", "mean"),
+        lambda p: p.tpot_ms.mean,
         brief=("TPOT ms", ".1f"),
         terminal_header="TPOT ms (mean)",
         report=("mean TPOT ms", 2),
     ),
     _column(
         "per_stream_tok_s",
-        ("per_stream_tok_s", "mean"),
+        lambda p: p.per_stream_tok_s.mean,
         brief=("per-stream tok/s", ".1f"),
         report=("per-stream tok/s", 1),
     ),
     _column(
         "acceptance_length",
-        ("server", "spec_acceptance_length"),
+        lambda p: p.server.spec_acceptance_length,
         brief=None,
         report=("acceptance length", 2),
     ),
-    _column("completed", ("completed",), brief=None, report=("completed", None)),
-    _column("failed", ("failed",), brief=("failed", None), report=("failed", None)),
+    _column("completed", lambda p: p.completed, brief=None, report=("completed", None)),
+    _column("failed", lambda p: p.failed, brief=("failed", None), report=("failed", None)),
     PointColumn("valid", {"report": Shown("valid", _valid)}),
 )
 

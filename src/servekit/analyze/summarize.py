@@ -18,6 +18,16 @@ import numpy as np
 
 from servekit.errors import UsageError
 from servekit.records import RequestRecord
+from servekit.results.summary import (
+    SUMMARY_VERSION,
+    ClientBlock,
+    DistributionBlock,
+    ServerBlock,
+    Summary,
+    SummaryPoint,
+    Target,
+    Workload,
+)
 
 NS_PER_S = 1e9
 NS_PER_MS = 1e6
@@ -42,18 +52,18 @@ class Distribution:
     count: int
     ci95: dict[str, tuple[float, float]] | None = None
 
-    def to_json(self) -> dict[str, object]:
-        """JSON form with figures rounded to 4 decimals."""
-        return {
-            "mean": _round(self.mean),
-            "p50": _round(self.p50),
-            "p90": _round(self.p90),
-            "p99": _round(self.p99),
-            "count": self.count,
-            "ci95": None
+    def to_block(self) -> DistributionBlock:
+        """The summary.json block, figures rounded to 4 decimals."""
+        return DistributionBlock(
+            mean=_round(self.mean),
+            p50=_round(self.p50),
+            p90=_round(self.p90),
+            p99=_round(self.p99),
+            count=self.count,
+            ci95=None
             if self.ci95 is None
-            else {k: [round(lo, 4), round(hi, 4)] for k, (lo, hi) in self.ci95.items()},
-        }
+            else {k: (round(lo, 4), round(hi, 4)) for k, (lo, hi) in self.ci95.items()},
+        )
 
 
 def _round(value: float | None) -> float | None:
@@ -212,53 +222,54 @@ def point_to_json(
     *,
     concurrency: int | None,
     rate_rps: float | None,
-    server: dict[str, object] | None = None,
-    client: dict[str, object] | None = None,
-) -> dict[str, object]:
+    server: ServerBlock | None = None,
+    client: ClientBlock | None = None,
+) -> SummaryPoint:
     """Return one entry of summary.json's `points` (DESIGN.md section 4)."""
-    return {
-        "concurrency": concurrency,
-        "rate_rps": rate_rps,
-        "completed": metrics.completed,
-        "failed": metrics.failed,
-        "errors": metrics.errors,
-        "duration_s": round(metrics.duration_s, 4),
-        "output_tokens": metrics.output_tokens,
-        "output_throughput_tok_s": round(metrics.output_throughput_tok_s, 3),
-        "request_throughput_rps": round(metrics.request_throughput_rps, 4),
-        "latency_s": metrics.latency_s.to_json(),
-        "latency_from_schedule_s": metrics.latency_from_schedule_s.to_json(),
-        "ttft_ms": metrics.ttft_ms.to_json(),
-        "ttfo_ms": metrics.ttfo_ms.to_json(),
-        "itl_ms": metrics.itl_ms.to_json(),
-        "chunk_gap_ms": metrics.chunk_gap_ms.to_json(),
-        "tpot_ms": metrics.tpot_ms.to_json(),
-        "per_stream_tok_s": metrics.per_stream_tok_s.to_json(),
-        "goodput_rps": None if metrics.goodput_rps is None else round(metrics.goodput_rps, 4),
-        "goodput_fraction": None
+    return SummaryPoint(
+        concurrency=concurrency,
+        rate_rps=rate_rps,
+        completed=metrics.completed,
+        failed=metrics.failed,
+        errors=metrics.errors,
+        duration_s=round(metrics.duration_s, 4),
+        output_tokens=metrics.output_tokens,
+        output_throughput_tok_s=round(metrics.output_throughput_tok_s, 3),
+        request_throughput_rps=round(metrics.request_throughput_rps, 4),
+        latency_s=metrics.latency_s.to_block(),
+        latency_from_schedule_s=metrics.latency_from_schedule_s.to_block(),
+        ttft_ms=metrics.ttft_ms.to_block(),
+        ttfo_ms=metrics.ttfo_ms.to_block(),
+        itl_ms=metrics.itl_ms.to_block(),
+        chunk_gap_ms=metrics.chunk_gap_ms.to_block(),
+        tpot_ms=metrics.tpot_ms.to_block(),
+        per_stream_tok_s=metrics.per_stream_tok_s.to_block(),
+        goodput_rps=None if metrics.goodput_rps is None else round(metrics.goodput_rps, 4),
+        goodput_fraction=None
         if metrics.goodput_fraction is None
         else round(metrics.goodput_fraction, 4),
-        "server": server or {},
-        "client": client or {"valid": True, "warnings": []},
-    }
+        server=server if server is not None else ServerBlock(),
+        client=client if client is not None else ClientBlock(valid=True, warnings=[]),
+    )
 
 
 def summary_document(
     *,
     servekit_version: str,
     started_at: str,
-    target: dict[str, object],
-    workload: dict[str, object],
-    points: list[dict[str, object]],
-) -> dict[str, object]:
+    target: Target,
+    workload: Workload,
+    points: list[SummaryPoint],
+) -> Summary:
     """Return the whole summary.json document of a run (DESIGN.md section 4)."""
-    return {
-        "servekit_version": servekit_version,
-        "started_at": started_at,
-        "target": target,
-        "workload": workload,
-        "points": points,
-    }
+    return Summary(
+        schema_version=SUMMARY_VERSION,
+        servekit_version=servekit_version,
+        started_at=started_at,
+        target=target,
+        workload=workload,
+        points=points,
+    )
 
 
 def parse_slo(text: str) -> Slo:

@@ -9,44 +9,52 @@ in wall-clock nanoseconds.
 
 from __future__ import annotations
 
-import copy
-from typing import Any
-
-TIMES = ("latency_s", "latency_from_schedule_s", "ttft_ms", "ttfo_ms", "itl_ms", "chunk_gap_ms",
-         "tpot_ms")  # fmt: skip
-RATES = ("per_stream_tok_s",)
-STATS = ("mean", "p50", "p90", "p99")
+from servekit.results.summary import ServerBlock, Summary, SummaryPoint
 
 
-def _scale_distribution(dist: Any, factor: float) -> Any:
-    if not isinstance(dist, dict):
-        return dist
-    out = dict(dist)
-    for stat in STATS:
-        if isinstance(out.get(stat), int | float):
-            out[stat] = out[stat] * factor
-    if isinstance(out.get("ci95"), dict):
-        out["ci95"] = {k: [v[0] * factor, v[1] * factor] for k, v in out["ci95"].items()}
-    return out
+def _scale_point(point: SummaryPoint, time_scale: float) -> SummaryPoint:
+    """Times (durations, latencies, TTFT, ITL, TPOT) / time_scale; rates x time_scale."""
+    slower, faster = 1 / time_scale, time_scale
+    return SummaryPoint(
+        concurrency=point.concurrency,
+        rate_rps=point.rate_rps,
+        completed=point.completed,
+        failed=point.failed,
+        errors=point.errors,
+        duration_s=point.duration_s / time_scale,
+        output_tokens=point.output_tokens,
+        output_throughput_tok_s=point.output_throughput_tok_s * faster,
+        request_throughput_rps=point.request_throughput_rps * faster,
+        latency_s=point.latency_s.scaled(slower),
+        latency_from_schedule_s=point.latency_from_schedule_s.scaled(slower),
+        ttft_ms=point.ttft_ms.scaled(slower),
+        ttfo_ms=point.ttfo_ms.scaled(slower),
+        itl_ms=point.itl_ms.scaled(slower),
+        chunk_gap_ms=point.chunk_gap_ms.scaled(slower),
+        tpot_ms=point.tpot_ms.scaled(slower),
+        per_stream_tok_s=point.per_stream_tok_s.scaled(faster),
+        goodput_rps=None if point.goodput_rps is None else point.goodput_rps * faster,
+        goodput_fraction=point.goodput_fraction,
+        server=_scale_server(point.server, time_scale),
+        client=point.client,
+    )
 
 
-def to_simulated_time(summary: dict[str, Any], time_scale: float) -> dict[str, Any]:
+def _scale_server(server: ServerBlock, time_scale: float) -> ServerBlock:
+    if server.samples is None:
+        return server
+    samples = [[s[0] / time_scale, *s[1:]] for s in server.samples]
+    return server.model_copy(update={"samples": samples})
+
+
+def to_simulated_time(summary: Summary, time_scale: float) -> Summary:
     """A copy of `summary` in simulated time: times / time_scale, rates x time_scale."""
     if time_scale <= 0:
         raise ValueError(f"time_scale must be positive, not {time_scale}")
-    doc = copy.deepcopy(summary)
-    for point in doc.get("points", []):
-        point["duration_s"] = point.get("duration_s", 0.0) / time_scale
-        for key in ("output_throughput_tok_s", "request_throughput_rps", "goodput_rps"):
-            if isinstance(point.get(key), int | float):
-                point[key] = point[key] * time_scale
-        for key in TIMES:
-            point[key] = _scale_distribution(point.get(key), 1 / time_scale)
-        for key in RATES:
-            point[key] = _scale_distribution(point.get(key), time_scale)
-        server = point.get("server") or {}
-        if isinstance(server.get("samples"), list):
-            server["samples"] = [[s[0] / time_scale, *s[1:]] for s in server["samples"]]
-    doc["time_scale"] = time_scale
-    doc["times"] = f"simulated: wall-clock times / {time_scale:g}, rates x {time_scale:g}"
-    return doc
+    return summary.model_copy(
+        update={
+            "points": [_scale_point(p, time_scale) for p in summary.points],
+            "time_scale": time_scale,
+            "times": f"simulated: wall-clock times / {time_scale:g}, rates x {time_scale:g}",
+        }
+    )

@@ -27,6 +27,7 @@ from servekit.bench.store import RecordWriter
 from servekit.client.http import TimedStream, stream_request, timing_trace_config
 from servekit.errors import EndpointError
 from servekit.records import RequestRecord
+from servekit.results.summary import ClientBlock
 from servekit.workload.synthetic import constant_arrivals, gamma_arrivals, poisson_arrivals
 
 SAMPLE_EVERY_S = 0.25
@@ -395,21 +396,20 @@ async def _run_point(
     )
     if pool is not None:
         figures["workers"] = len(loads)
-    server = server_block(before, after, maxima)
-    server["samples"] = samples
+    server = server_block(before, after, maxima).model_copy(update={"samples": samples})
     warnings = _length_warnings(short) + warnings
-    warnings += _token_mismatch(records, server.get("generation_tokens"))
-    client: dict[str, object] = {"valid": not warnings, "warnings": warnings, **figures}
+    warnings += _token_mismatch(records, server.generation_tokens)
+    client = ClientBlock.model_validate({"valid": not warnings, "warnings": warnings, **figures})
     return PointOutcome(point, records, server, warnings, client)
 
 
-def _token_mismatch(records: list[RequestRecord], generated: object) -> list[str]:
+def _token_mismatch(records: list[RequestRecord], generated: int | None) -> list[str]:
     """Flag a point whose output tokens disagree with the server's generation counter.
 
     Only checked when every request succeeded (failed streams leave tokens the client
     never counted) and the server exposes `vllm:generation_tokens_total`.
     """
-    if not isinstance(generated, int | float) or not records or not all(r.ok for r in records):
+    if generated is None or not records or not all(r.ok for r in records):
         return []
     counted = sum(r.output_tokens for r in records)
     if int(generated) == counted:

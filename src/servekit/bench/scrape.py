@@ -7,6 +7,8 @@ from dataclasses import dataclass
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from servekit.results.summary import ServerBlock
+
 COUNTERS = (
     "vllm:spec_decode_num_drafts",
     "vllm:spec_decode_num_draft_tokens",
@@ -69,7 +71,7 @@ async def scrape(session: aiohttp.ClientSession, base_url: str) -> Snapshot | No
 
 def server_block(
     before: Snapshot | None, after: Snapshot | None, gauge_max: dict[str, float]
-) -> dict[str, object]:
+) -> ServerBlock:
     """The summary's `server` block from counter deltas around a point and gauge maxima."""
 
     def delta(name: str) -> float | None:
@@ -88,21 +90,19 @@ def server_block(
             round((after.per_position[p] - start.get(p, 0.0)) / drafts, 4)
             for p in sorted(after.per_position)
         ]
-    return {
-        "spec_acceptance_per_position": per_position,
-        "spec_acceptance_length": (1 + accepted / drafts)
-        if drafts and accepted is not None
-        else None,
-        "spec_acceptance_rate": (accepted / draft_tokens)
+    return ServerBlock(
+        spec_acceptance_per_position=per_position,
+        spec_acceptance_length=(1 + accepted / drafts) if drafts and accepted is not None else None,
+        spec_acceptance_rate=(accepted / draft_tokens)
         if draft_tokens and accepted is not None
         else None,
-        "kv_cache_usage_max": gauge_max.get("vllm:kv_cache_usage_perc"),
-        "preemptions": int(preemptions) if preemptions is not None else None,
-        "running_max": int(gauge_max["vllm:num_requests_running"])
+        kv_cache_usage_max=gauge_max.get("vllm:kv_cache_usage_perc"),
+        preemptions=int(preemptions) if preemptions is not None else None,
+        running_max=int(gauge_max["vllm:num_requests_running"])
         if "vllm:num_requests_running" in gauge_max
         else None,
-        "waiting_max": int(gauge_max["vllm:num_requests_waiting"])
+        waiting_max=int(gauge_max["vllm:num_requests_waiting"])
         if "vllm:num_requests_waiting" in gauge_max
         else None,
-        "generation_tokens": int(g) if (g := delta("vllm:generation_tokens")) is not None else None,
-    }
+        generation_tokens=int(g) if (g := delta("vllm:generation_tokens")) is not None else None,
+    )

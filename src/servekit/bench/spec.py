@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from servekit.records import RequestRecord
+from servekit.results.summary import ClientBlock, ServerBlock
 from servekit.workload.datasets import LengthSpec, PromptItem
 
 
@@ -68,9 +69,9 @@ class PointOutcome:
 
     spec: PointSpec
     records: list[RequestRecord]
-    server: dict[str, object]
+    server: ServerBlock
     warnings: list[str]
-    client: dict[str, object] = field(default_factory=dict)
+    client: ClientBlock | None = None  # None: valid unless there are warnings
 
 
 class ProgressSink(Protocol):

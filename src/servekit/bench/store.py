@@ -6,13 +6,14 @@ import csv
 import io
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
 from servekit.analyze.point_columns import point_headers, point_rows
 from servekit.errors import ServekitError
 from servekit.records import RequestRecord, record_from_json
+from servekit.results.summary import Summary, SummaryPoint, load_summary
 
 RECORDS_FILE = "records.jsonl"
 SUMMARY_FILE = "summary.json"
@@ -78,11 +79,12 @@ def read_records(run_dir: Path) -> list[RequestRecord]:
     ]
 
 
-def read_summary(run: Path) -> dict[str, Any]:
-    """Read a run's summary.json (`run` is the run directory or the file itself).
+def read_summary(run: Path) -> Summary:
+    """Read and validate a run's summary.json (`run` is the run directory or the file itself).
 
     Raises:
-        ServekitError: missing, not JSON, or without a `points` list.
+        ServekitError: missing, not JSON, of a schema_version this servekit does not read, or
+            not a valid summary (the message names the file, the version and the fix).
     """
     path = run / SUMMARY_FILE if run.is_dir() else run
     try:
@@ -94,56 +96,48 @@ def read_summary(run: Path) -> dict[str, Any]:
         ) from None
     except json.JSONDecodeError as exc:
         raise ServekitError(f"{path} is not JSON ({exc.msg} at line {exc.lineno})") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("points"), list):
-        raise ServekitError(f"{path} has no points list: not a servekit summary.json")
-    return doc
+    return load_summary(doc, where=str(path))
 
 
-def write_summary(run_dir: Path, summary: dict[str, object]) -> Path:
+def write_summary(run_dir: Path, summary: Summary) -> Path:
     """Write summary.json atomically (temp file, then rename)."""
     path = run_dir / SUMMARY_FILE
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    text = json.dumps(summary.as_json(), indent=2, ensure_ascii=False)
+    tmp.write_text(text + "\n", encoding="utf-8")
     tmp.replace(path)
     return path
 
 
-CSV_COLUMNS = (
-    ("concurrency", ("concurrency",)),
-    ("rate_rps", ("rate_rps",)),
-    ("completed", ("completed",)),
-    ("failed", ("failed",)),
-    ("output_tok_s", ("output_throughput_tok_s",)),
-    ("latency_mean_s", ("latency_s", "mean")),
-    ("latency_p99_s", ("latency_s", "p99")),
-    ("ttft_mean_ms", ("ttft_ms", "mean")),
-    ("ttft_p99_ms", ("ttft_ms", "p99")),
-    ("ttfo_mean_ms", ("ttfo_ms", "mean")),
-    ("tpot_mean_ms", ("tpot_ms", "mean")),
-    ("itl_mean_ms", ("itl_ms", "mean")),
-    ("per_stream_tok_s", ("per_stream_tok_s", "mean")),
-    ("goodput_rps", ("goodput_rps",)),
-    ("valid", ("client", "valid")),
+Cell = int | float | bool | None
+CSV_COLUMNS: tuple[tuple[str, Callable[[SummaryPoint], Cell]], ...] = (
+    ("concurrency", lambda p: p.concurrency),
+    ("rate_rps", lambda p: p.rate_rps),
+    ("completed", lambda p: p.completed),
+    ("failed", lambda p: p.failed),
+    ("output_tok_s", lambda p: p.output_throughput_tok_s),
+    ("latency_mean_s", lambda p: p.latency_s.mean),
+    ("latency_p99_s", lambda p: p.latency_s.p99),
+    ("ttft_mean_ms", lambda p: p.ttft_ms.mean),
+    ("ttft_p99_ms", lambda p: p.ttft_ms.p99),
+    ("ttfo_mean_ms", lambda p: p.ttfo_ms.mean),
+    ("tpot_mean_ms", lambda p: p.tpot_ms.mean),
+    ("itl_mean_ms", lambda p: p.itl_ms.mean),
+    ("per_stream_tok_s", lambda p: p.per_stream_tok_s.mean),
+    ("goodput_rps", lambda p: p.goodput_rps),
+    ("valid", lambda p: p.client.valid),
 )
 
 
-def _pick(point: dict[str, object], path: tuple[str, ...]) -> object:
-    value: object = point
-    for key in path:
-        value = value.get(key) if isinstance(value, dict) else None
-    return value
-
-
-def write_summary_tables(run_dir: Path, summary: dict[str, object]) -> None:
+def write_summary_tables(run_dir: Path, summary: Summary) -> None:
     """Write summary.csv (one row per point) and summary.md (the deployment's table and
     timing columns) next to summary.json."""
-    raw = summary.get("points")
-    points = [p for p in raw if isinstance(p, dict)] if isinstance(raw, list) else []
+    points = summary.points
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow([name for name, _ in CSV_COLUMNS])
     for point in points:
-        writer.writerow(["" if (v := _pick(point, path)) is None else v for _, path in CSV_COLUMNS])
+        writer.writerow(["" if (v := pick(point)) is None else v for _, pick in CSV_COLUMNS])
     (run_dir / "summary.csv").write_text(buffer.getvalue(), encoding="utf-8")
 
     lines = [
@@ -151,7 +145,6 @@ def write_summary_tables(run_dir: Path, summary: dict[str, object]) -> None:
         "|" + "---|" * len(point_headers("markdown")),
         *("| " + " | ".join(row) + " |" for row in point_rows(points, "markdown")),
     ]
-    target = summary.get("target")
-    title = target.get("model") if isinstance(target, dict) else None
+    title = summary.target.model
     text = f"# servekit bench: {title}\n\n" + "\n".join(lines) + "\n"
     (run_dir / "summary.md").write_text(text, encoding="utf-8")

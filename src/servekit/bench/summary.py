@@ -12,6 +12,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
+from pydantic import JsonValue
 
 from servekit.analyze.summarize import Slo, point_metrics, point_to_json, summary_document
 from servekit.bench.pool import WorkerPool
@@ -19,6 +20,7 @@ from servekit.bench.runner import Progress, run_points
 from servekit.bench.spec import BenchSpec, PointOutcome, PointSpec, ProgressSink
 from servekit.bench.store import RecordWriter, write_summary, write_summary_tables
 from servekit.errors import EndpointError, Interrupted, ServekitError
+from servekit.results.summary import ClientBlock, ServerBlock, SloBlock, Summary, Target, Workload
 
 
 def redact_url(url: str) -> str:
@@ -38,7 +40,7 @@ class ServerInfo:
     model: str
     max_model_len: int | None
     version: str | None
-    model_entry: dict[str, object]
+    model_entry: dict[str, JsonValue]
 
 
 async def discover(base_url: str, headers: dict[str, str]) -> ServerInfo:
@@ -103,7 +105,7 @@ def bench_summary(
     input_len_method: str = "",
     server: ServerInfo | None = None,
     command: list[str] | None = None,
-) -> dict[str, object]:
+) -> Summary:
     """The run's summary.json (DESIGN.md section 4); the API key is never part of it."""
     points = [
         point_to_json(
@@ -111,42 +113,52 @@ def bench_summary(
             concurrency=o.spec.concurrency,
             rate_rps=o.spec.rate_rps,
             server=o.server,
-            client=o.client or {"valid": not o.warnings, "warnings": o.warnings},
+            client=o.client
+            if o.client is not None
+            else ClientBlock(valid=not o.warnings, warnings=o.warnings),
         )
         for o in outcomes
     ]
     doc = summary_document(
         servekit_version=version,
         started_at=started_at,
-        target={
-            "url": redact_url(spec.base_url),
-            "model": spec.model,
-            "server_version": server_version,
-            "profile": profile,
-            "model_info": server.model_entry if server else None,
-        },
-        workload={
-            "api": spec.api,
-            "input_len": spec.input_len,
-            "input_len_method": input_len_method,
-            "output_len": spec.output_len,
-            "temperature": spec.temperature,
-            "requests_per_point": spec.requests_per_point,
-            "warmup": spec.warmup,
-            "seed": spec.seed,
-            "chat_template_kwargs": spec.chat_template_kwargs,
-            "slo": None if slo is None else dataclasses.asdict(slo),
-            "duration_per_point_s": spec.duration_per_point_s,
-            "tools": [t.get("function", {}).get("name") for t in spec.tools],
-            "dataset_prompts": len(spec.dataset) if spec.dataset else None,
-            "shared_prefix": spec.shared_prefix,
-            "workers": spec.workers,
-        },
+        target=Target(
+            url=redact_url(spec.base_url),
+            model=spec.model,
+            server_version=server_version,
+            profile=profile,
+            model_info=server.model_entry if server else None,
+        ),
+        workload=Workload(
+            api=spec.api,
+            input_len=spec.input_len,
+            input_len_method=input_len_method,
+            output_len=spec.output_len,
+            temperature=spec.temperature,
+            requests_per_point=spec.requests_per_point,
+            warmup=spec.warmup,
+            seed=spec.seed,
+            chat_template_kwargs=spec.chat_template_kwargs,
+            slo=None if slo is None else SloBlock(ttft_ms=slo.ttft_ms, tpot_ms=slo.tpot_ms,
+                                                  e2e_s=slo.e2e_s),
+            duration_per_point_s=spec.duration_per_point_s,
+            tools=[_tool_name(t) for t in spec.tools],
+            dataset_prompts=len(spec.dataset) if spec.dataset else None,
+            shared_prefix=spec.shared_prefix,
+            workers=spec.workers,
+        ),
         points=points,
-    )
+    )  # fmt: skip
     if command is not None:
-        doc["command"] = redact_argv(command)
+        doc = doc.model_copy(update={"command": redact_argv(command)})
     return doc
+
+
+def _tool_name(tool: dict[str, Any]) -> str | None:
+    """The name of an OpenAI tool definition, when it has one."""
+    function = tool.get("function")
+    name = function.get("name") if isinstance(function, dict) else None
+    return name if isinstance(name, str) else None
 
 
 def run_bench(
@@ -159,7 +171,7 @@ def run_bench(
     live: ProgressSink | None = None,
     profile: str | None = None,
     command: list[str] | None = None,
-) -> tuple[dict[str, object], ServekitError | None]:
+) -> tuple[Summary, ServekitError | None]:
     """Discover the server, run the points, write records, summary.json, .csv and .md.
 
     The model defaults to the server's first model. The summary of every finished point is
@@ -225,5 +237,6 @@ def _pool(spec: BenchSpec) -> Iterator[WorkerPool | None]:
 
 def _keep_partial(progress: Progress, note: str) -> None:
     if progress.current is not None and progress.current_records:
-        partial = PointOutcome(progress.current, list(progress.current_records), {}, [note])
+        records = list(progress.current_records)
+        partial = PointOutcome(progress.current, records, ServerBlock(), [note])
         progress.outcomes.append(partial)

@@ -80,12 +80,9 @@ def bench_command(as_json: bool, out: Path, slo: str | None, **opts: Any) -> Non
             profile=prof.name if prof else None, command=["servekit", *sys.argv[1:]],
         )
     if as_json:
-        emit_json(summary)
+        emit_json(summary.as_json())
     else:
-        docs, target = summary["points"], summary["target"]
-        assert isinstance(docs, list)
-        assert isinstance(target, dict)
-        title = f"bench {target['url']} ({target['model']})"
-        stdout_console().print(points_table(docs, title=title))
+        title = f"bench {summary.target.url} ({summary.target.model})"
+        stdout_console().print(points_table(summary.points, title=title))
     if stopped is not None:
         raise stopped

@@ -12,6 +12,7 @@ from servekit.cli._output import emit_json, handles_errors, json_option, stdout_
 from servekit.errors import ServekitError
 from servekit.report.build import summary_profile
 from servekit.report.tables import compare_table
+from servekit.results.compare import ComparedRuns
 
 
 @click.command("compare")
@@ -35,23 +36,22 @@ def compare_command(
         max_batch=max_batch,
         spec_tokens=k,
     )
-    doc["runs"] = {"A": str(run_a), "B": str(run_b)}
-    if not doc["points"]:
+    doc = doc.model_copy(update={"runs": ComparedRuns(A=str(run_a), B=str(run_b))})
+    if not doc.points:
         raise ServekitError(f"{run_a} and {run_b} share no load (concurrency or rate) to compare",
                             fix="compare runs of the same sweep")  # fmt: skip
     if as_json:
-        emit_json(doc)
+        emit_json(doc.as_json())
         return
     console = stdout_console()
-    console.print(compare_table(doc["points"], title=f"B = {run_b}  vs  A = {run_a}"))
-    if doc.get("crossover"):
-        console.print(f"crossover: {doc['crossover']}")
-    if spec := doc.get("speculation"):
-        console.print(f"[bold]{spec['recommendation']}[/bold]", highlight=False)
-        if spec.get("speculative_config"):
-            console.print(
-                f"vLLM setting: {spec['speculative_config']}", highlight=False, markup=False
-            )
-    if target := doc.get("per_stream_target"):
-        console.print(f"highest concurrency at >= {target['tok_s']:g} tok/s per stream: "
-                      f"A {target['A']}, B {target['B']}")  # fmt: skip
+    console.print(compare_table(doc.points, title=f"B = {run_b}  vs  A = {run_a}"))
+    if doc.crossover:
+        console.print(f"crossover: {doc.crossover}")
+    if spec := doc.speculation:
+        console.print(f"[bold]{spec.recommendation}[/bold]", highlight=False)
+        if spec.speculative_config:
+            setting = spec.speculative_config.as_json()
+            console.print(f"vLLM setting: {setting}", highlight=False, markup=False)
+    if target := doc.per_stream_target:
+        console.print(f"highest concurrency at >= {target.tok_s:g} tok/s per stream: "
+                      f"A {target.A}, B {target.B}")  # fmt: skip

@@ -23,6 +23,7 @@ from servekit.plan.reconcile import reconcile, reconcile_to_json
 from servekit.plan.startup_log import LogFailure, parse_startup_log
 from servekit.profiles import load_profile
 from servekit.report.plan_view import plan_view
+from servekit.results.plan import CheckpointBlock
 from servekit.units import GIB
 
 
@@ -79,13 +80,12 @@ def plan_command(
     if as_json:
         document = plan_to_json(plan)
         if rows is not None:
-            document["from_log"] = reconcile_to_json(rows, failures)
+            document = document.model_copy(update={"from_log": reconcile_to_json(rows, failures)})
         if checkpoint is not None:
-            document["checkpoint"] = {
-                "total_bytes": checkpoint.total_bytes,
-                "group_bytes": checkpoint.group_bytes,
-            }
-        emit_json(document)
+            block = CheckpointBlock(total_bytes=checkpoint.total_bytes,
+                                    group_bytes=checkpoint.group_bytes)  # fmt: skip
+            document = document.model_copy(update={"checkpoint": block})
+        emit_json(document.as_json())
     else:
         stdout_console().print(plan_view(plan, rows, failures, checkpoint))
     if not plan.fits:

@@ -23,6 +23,7 @@ from servekit.cli.sim_serve import serve_command
 from servekit.errors import UsageError
 from servekit.profiles import load_profile
 from servekit.report.tables import points_table
+from servekit.results.summary import Workload
 from servekit.sim.build import build_engine
 from servekit.sim.offline import LoadPoint
 from servekit.sim.sweep import simulate_sweep, sweep_summary
@@ -94,13 +95,13 @@ def run_command(
         model=profile.serve_args.served_model_name,
         version=__version__,
         started_at=started,
-        workload={
-            "input_len": ilen,
-            "output_len": olen,
-            "temperature": temperature,
-            "requests_per_point": requests_per_point,
-            "seed": seed,
-        },
+        workload=Workload(
+            input_len=ilen,
+            output_len=olen,
+            temperature=temperature,
+            requests_per_point=requests_per_point,
+            seed=seed,
+        ),
     )
     if out is not None:
         with RecordWriter(out) as writer:
@@ -109,11 +110,9 @@ def run_command(
                     writer.write(record)
         write_summary(out, summary)
     if as_json:
-        emit_json(summary)
+        emit_json(summary.as_json())
     else:
-        points_docs = summary["points"]
-        assert isinstance(points_docs, list)
-        stdout_console().print(points_table(points_docs, title=f"simulated {profile.name}"))
+        stdout_console().print(points_table(summary.points, title=f"simulated {profile.name}"))
 
 
 sim_group.add_command(serve_command)

@@ -61,18 +61,17 @@ def validate_command(as_json: bool, out: Path | None, **opts: Any) -> None:
             click.echo(f"{result.status:>4}  {result.name}: {result.detail}", err=True)
 
     results = asyncio.run(run_checks(spec, out=out, secret=key, on_result=show))
-    doc = validate_document(results, spec)
-    doc["target"]["url"] = redact_url(spec.base_url)
+    doc = validate_document(results, spec, url=redact_url(spec.base_url))
     if out is not None:
-        (out / "validate.json").write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+        text = json.dumps(doc.as_json(), indent=2)
+        (out / "validate.json").write_text(text + "\n", encoding="utf-8")
     if as_json:
-        emit_json(doc)
+        emit_json(doc.as_json())
     else:
-        title = f"validate {doc['target']['url']}"
-        stdout_console().print(checks_table(doc["checks"], title=title))
-    if not doc["passed"]:
-        failed = [c["name"] for c in doc["checks"] if c["status"] == "fail"]
-        raise ChecksFailed(f"validate failed: {', '.join(failed)}")
+        title = f"validate {redact_url(spec.base_url)}"
+        stdout_console().print(checks_table(doc.checks, title=title))
+    if not doc.passed:
+        raise ChecksFailed(f"validate failed: {', '.join(doc.failed())}")
 
 
 def _spec(opts: dict[str, Any]) -> ValidateSpec:

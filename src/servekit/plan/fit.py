@@ -24,6 +24,15 @@ from servekit.plan.kv_cache import (
 )
 from servekit.plan.quantization import lookup_scheme
 from servekit.plan.weights import WeightBreakdown, weights_per_gpu
+from servekit.results.plan import (
+    PLAN_VERSION,
+    ActivationBreakdown,
+    CudaGraphs,
+    KvTermBlock,
+    PerGpu,
+    PlanDocument,
+    WeightsBreakdown,
+)
 from servekit.units import GIB, MIB, to_gib
 
 # Growth of non-torch device memory during vLLM's profiling run (cuBLAS/Triton
@@ -222,7 +231,7 @@ def misfit_message(plan: MemoryPlan) -> str:
     )
 
 
-def plan_to_json(plan: MemoryPlan) -> dict[str, object]:
+def plan_to_json(plan: MemoryPlan) -> PlanDocument:
     """Return the stable `plan --json` document (DESIGN.md section 4), figures per GPU in GiB."""
     w = plan.weights
     a = plan.activations
@@ -232,48 +241,49 @@ def plan_to_json(plan: MemoryPlan) -> dict[str, object]:
     def gib(value: float) -> float:
         return round(to_gib(value), 3)
 
-    return {
-        "profile": i.model.name,
-        "gpu": i.gpu.name,
-        "per_gpu": {
-            "capacity_gib": gib(plan.capacity_bytes),
-            "requested_gib": gib(plan.requested_bytes),
-            "weights_gib": gib(w.total_bytes),
-            "activation_peak_gib": gib(a.peak_bytes),
-            "non_torch_gib": gib(plan.non_torch_bytes),
-            "cuda_graphs_gib": gib(g.total_bytes),
-            "kv_cache_gib": gib(plan.kv_cache_bytes),
-        },
-        "weights_breakdown_gib": {
-            "embeddings": gib(w.embeddings_bytes),
-            "attention": gib(w.attention_bytes),
-            "dense_mlp": gib(w.dense_mlp_bytes),
-            "experts": gib(w.experts_bytes),
-            "other": gib(w.other_bytes),
-            "draft": gib(w.draft_bytes),
-        },
-        "activation_breakdown_gib": {
-            "forward": gib(a.forward_bytes),
-            "sampler": gib(a.sampler_bytes),
-            "multimodal_encoder": gib(a.mm_encoder_bytes),
-        },
-        "cuda_graphs": {
-            "piecewise": len(g.piecewise_sizes),
-            "full": len(g.full_sizes),
-            "largest_size": max(g.piecewise_sizes, default=0),
-            "estimate_in_budget": i.estimate_cudagraphs,
-        },
-        "kv_bytes_per_token": plan.kv_bytes_per_token,
-        "kv_terms": [
-            {"label": t.label, "formula": t.formula, "bytes_per_token": t.bytes_per_token}
+    return PlanDocument(
+        schema_version=PLAN_VERSION,
+        profile=i.model.name,
+        gpu=i.gpu.name,
+        per_gpu=PerGpu(
+            capacity_gib=gib(plan.capacity_bytes),
+            requested_gib=gib(plan.requested_bytes),
+            weights_gib=gib(w.total_bytes),
+            activation_peak_gib=gib(a.peak_bytes),
+            non_torch_gib=gib(plan.non_torch_bytes),
+            cuda_graphs_gib=gib(g.total_bytes),
+            kv_cache_gib=gib(plan.kv_cache_bytes),
+        ),
+        weights_breakdown_gib=WeightsBreakdown(
+            embeddings=gib(w.embeddings_bytes),
+            attention=gib(w.attention_bytes),
+            dense_mlp=gib(w.dense_mlp_bytes),
+            experts=gib(w.experts_bytes),
+            other=gib(w.other_bytes),
+            draft=gib(w.draft_bytes),
+        ),
+        activation_breakdown_gib=ActivationBreakdown(
+            forward=gib(a.forward_bytes),
+            sampler=gib(a.sampler_bytes),
+            multimodal_encoder=gib(a.mm_encoder_bytes),
+        ),
+        cuda_graphs=CudaGraphs(
+            piecewise=len(g.piecewise_sizes),
+            full=len(g.full_sizes),
+            largest_size=max(g.piecewise_sizes, default=0),
+            estimate_in_budget=i.estimate_cudagraphs,
+        ),
+        kv_bytes_per_token=plan.kv_bytes_per_token,
+        kv_terms=[
+            KvTermBlock(label=t.label, formula=t.formula, bytes_per_token=t.bytes_per_token)
             for t in plan.kv_terms
         ],
-        "kv_cache_tokens": plan.kv_cache_tokens,
-        "max_model_len": i.max_model_len,
-        "max_concurrency_at_max_model_len": round(plan.max_concurrency, 2),
-        "kv_cache_gib_estimate_on": gib(plan.kv_cache_bytes_estimate_on),
-        "kv_cache_gib_estimate_off": gib(plan.kv_cache_bytes_estimate_off),
-        "fits": plan.fits,
-        "largest_fitting_max_model_len": plan.largest_fitting_max_model_len,
-        "warnings": list(plan.warnings),
-    }
+        kv_cache_tokens=plan.kv_cache_tokens,
+        max_model_len=i.max_model_len,
+        max_concurrency_at_max_model_len=round(plan.max_concurrency, 2),
+        kv_cache_gib_estimate_on=gib(plan.kv_cache_bytes_estimate_on),
+        kv_cache_gib_estimate_off=gib(plan.kv_cache_bytes_estimate_off),
+        fits=plan.fits,
+        largest_fitting_max_model_len=plan.largest_fitting_max_model_len,
+        warnings=list(plan.warnings),
+    )

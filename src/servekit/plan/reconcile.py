@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from servekit.plan.fit import MemoryPlan
 from servekit.plan.startup_log import LogFailure, StartupFigures
+from servekit.results.plan import FromLog, LoggedFailure, LoggedFigure
 from servekit.units import to_gib
 
 
@@ -50,20 +51,18 @@ def reconcile(plan: MemoryPlan, figures: StartupFigures) -> list[ReconcileRow]:
     ]
 
 
-def reconcile_to_json(
-    rows: list[ReconcileRow], failures: tuple[LogFailure, ...] = ()
-) -> dict[str, object]:
-    """The comparison as JSON: rounded figures and the log's failure signatures."""
-    return {
-        "figures": [
-            {
-                "name": r.name,
-                "unit": r.unit,
-                "planned": round(r.planned, 3),
-                "actual": r.actual,
-                "delta_pct": None if r.delta_pct is None else round(r.delta_pct, 1),
-            }
+def reconcile_to_json(rows: list[ReconcileRow], failures: tuple[LogFailure, ...] = ()) -> FromLog:
+    """The comparison as plan --json's `from_log`: rounded figures and the log's failures."""
+    return FromLog(
+        figures=[
+            LoggedFigure(
+                name=r.name,
+                unit=r.unit,
+                planned=round(r.planned, 3),
+                actual=r.actual,
+                delta_pct=None if r.delta_pct is None else round(r.delta_pct, 1),
+            )
             for r in rows
         ],
-        "failures": [{"kind": f.kind, "line": f.line_no, "text": f.text} for f in failures],
-    }
+        failures=[LoggedFailure(kind=f.kind, line=f.line_no, text=f.text) for f in failures],
+    )

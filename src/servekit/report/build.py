@@ -11,7 +11,6 @@ import datetime as dt
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from servekit import __version__
 from servekit.analyze.compare import compare_runs, speculation_facts
@@ -26,6 +25,8 @@ from servekit.render.argv import environment, vllm_serve_command
 from servekit.render.shell import quote_words
 from servekit.report import plots
 from servekit.report.document import Figure, Section, Table, render_html, render_markdown
+from servekit.results.summary import Summary, SummaryPoint
+from servekit.results.validate import ValidateDocument, load_validate
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +34,7 @@ class Run:
     """One run to report."""
 
     label: str
-    summary: dict[str, Any]
+    summary: Summary
     records: list[RequestRecord]
     profile: Profile | None
 
@@ -50,65 +51,58 @@ def load_run(path: Path) -> Run:
     return Run(run_dir.name, summary, records, summary_profile(summary))
 
 
-def summary_profile(summary: dict[str, Any]) -> Profile | None:
+def summary_profile(summary: Summary) -> Profile | None:
     """The profile a run's summary names, or None (none named, or one of another machine)."""
-    name = (summary.get("target") or {}).get("profile")
+    name = summary.target.profile
     if not name:
         return None
     try:
-        return load_profile(str(name))
+        return load_profile(name)
     except ServekitError:
         return None
 
 
-def _closed(run: Run) -> list[dict[str, Any]]:
-    return [p for p in run.summary["points"] if p.get("concurrency") is not None]
+def _closed(run: Run) -> list[SummaryPoint]:
+    return [p for p in run.summary.points if p.concurrency is not None]
 
 
-def _num(value: object, digits: int = 1) -> str:
-    return f"{value:,.{digits}f}" if isinstance(value, int | float) else "-"
+def _num(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
 
 
-def _stat(point: dict[str, Any], key: str, stat: str) -> object:
-    value = point.get(key)
-    return value.get(stat) if isinstance(value, dict) else None
+def _f(value: float | None) -> float:
+    return 0.0 if value is None else value
 
 
-def _f(point: dict[str, Any], key: str, stat: str) -> float:
-    value = _stat(point, key, stat)
-    return float(value) if isinstance(value, int | float) else 0.0
+def _acceptance(point: SummaryPoint) -> float:
+    return _f(point.server.spec_acceptance_length)
 
 
-def _acceptance(point: dict[str, Any]) -> float:
-    value = (point.get("server") or {}).get("spec_acceptance_length")
-    return float(value) if isinstance(value, int | float) else 0.0
-
-
-def _label(point: dict[str, Any]) -> str:
-    if point.get("concurrency") is not None:
-        return f"c={point['concurrency']}"
-    return f"rate={point.get('rate_rps')}"
+def _label(point: SummaryPoint) -> str:
+    if point.concurrency is not None:
+        return f"c={point.concurrency}"
+    return f"rate={point.rate_rps}"
 
 
 def points_table(run: Run) -> Table:
     """The deployment's table (concurrency, tok/s, mean latency) plus the other columns."""
-    points = run.summary["points"]
+    points = run.summary.points
     return Table(f"{run.label}: per load", point_headers("report"), point_rows(points, "report"))
 
 
 def provenance(run: Run) -> Section:
     """Where the numbers come from: versions, target, workload, launch command, GPUs."""
     s = run.summary
-    target = s.get("target") or {}
+    target = s.target
     lines = [
         f"run: {run.label}",
-        f"started: {s.get('started_at')}  servekit {s.get('servekit_version')}",
-        f"target: {target.get('url') or 'simulated'}  model {target.get('model')}  "
-        f"server {target.get('server_version')}  profile {target.get('profile')}",
-        f"workload: {json.dumps(s.get('workload'), sort_keys=True)}",
+        f"started: {s.started_at}  servekit {s.servekit_version}",
+        f"target: {target.url or 'simulated'}  model {target.model}  "
+        f"server {target.server_version}  profile {target.profile}",
+        f"workload: {json.dumps(s.workload.as_json(), sort_keys=True)}",
     ]
-    if s.get("command"):
-        lines.append(f"command: {quote_words(s['command'])}")
+    if s.command:
+        lines.append(f"command: {quote_words(s.command)}")
     if run.profile is not None:
         prof = run.profile
         env = " ".join(f"{k}={v}" for k, v in environment(prof).items())
@@ -129,7 +123,7 @@ def run_figures(runs: list[Run], per_stream_target: float | None) -> list[Figure
     """Throughput, latency, per-stream speed, distributions, acceptance and time series."""
     figs = []
     closed = [(r, _closed(r)) for r in runs if _closed(r)]
-    xs = {r.label: [float(p["concurrency"]) for p in pts] for r, pts in closed}
+    xs = {r.label: [float(p.concurrency or 0) for p in pts] for r, pts in closed}
     if closed:
         figs.append(
             Figure(
@@ -137,7 +131,7 @@ def run_figures(runs: list[Run], per_stream_target: float | None) -> list[Figure
                 "Output throughput vs concurrency",
                 plots.lines(
                     [
-                        (r.label, xs[r.label], [p["output_throughput_tok_s"] for p in pts])
+                        (r.label, xs[r.label], [p.output_throughput_tok_s for p in pts])
                         for r, pts in closed
                     ],
                     title="Output throughput",
@@ -149,10 +143,8 @@ def run_figures(runs: list[Run], per_stream_target: float | None) -> list[Figure
         )
         series = []
         for r, pts in closed:
-            series.append(
-                (f"{r.label} mean", xs[r.label], [_f(p, "latency_s", "mean") for p in pts])
-            )
-            series.append((f"{r.label} p99", xs[r.label], [_f(p, "latency_s", "p99") for p in pts]))
+            series.append((f"{r.label} mean", xs[r.label], [_f(p.latency_s.mean) for p in pts]))
+            series.append((f"{r.label} p99", xs[r.label], [_f(p.latency_s.p99) for p in pts]))
         figs.append(
             Figure(
                 "latency",
@@ -172,7 +164,7 @@ def run_figures(runs: list[Run], per_stream_target: float | None) -> list[Figure
                 "Per-stream speed vs concurrency",
                 plots.lines(
                     [
-                        (r.label, xs[r.label], [_f(p, "per_stream_tok_s", "mean") for p in pts])
+                        (r.label, xs[r.label], [_f(p.per_stream_tok_s.mean) for p in pts])
                         for r, pts in closed
                     ],
                     title="Per-stream speed",
@@ -183,11 +175,7 @@ def run_figures(runs: list[Run], per_stream_target: float | None) -> list[Figure
                 "mean of 1000 / TPOT per request",
             )
         )
-        spec = [
-            (r, pts)
-            for r, pts in closed
-            if any((p.get("server") or {}).get("spec_acceptance_length") for p in pts)
-        ]
+        spec = [(r, pts) for r, pts in closed if any(p.server.spec_acceptance_length for p in pts)]
         if spec:
             figs.append(
                 Figure(
@@ -237,8 +225,8 @@ def run_figures(runs: list[Run], per_stream_target: float | None) -> list[Figure
                 [row[2] for row in rows],
                 [row[3] for row in rows],
             )
-            for p in r.summary["points"]
-            if (rows := (p.get("server") or {}).get("samples"))
+            for p in r.summary.points
+            if (rows := p.server.samples)
         ]
         if panels:
             figs.append(
@@ -264,10 +252,10 @@ def compare_section(a: Run, b: Run, per_stream_target: float | None) -> Section:
         spec_tokens=k,
     )
     rows = [
-        [row["load"]]
+        [row.load]
         + [
-            f"{row['deltas'][key]['delta_pct']:+.1f}% ({row['deltas'][key]['verdict']})"
-            if row["deltas"][key]["delta_pct"] is not None
+            f"{d.delta_pct:+.1f}% ({d.verdict})"
+            if (d := row.deltas[key]).delta_pct is not None
             else "n/a"
             for key in (
                 "output_throughput_tok_s",
@@ -277,26 +265,26 @@ def compare_section(a: Run, b: Run, per_stream_target: float | None) -> Section:
                 "per_stream_tok_s.mean",
             )
         ]
-        for row in doc["points"]
+        for row in doc.points
     ]
     paragraphs = [f"B = {b.label} against A = {a.label}."]
-    if doc.get("crossover"):
-        paragraphs.append(f"Crossover: {doc['crossover']}.")
-    if spec := doc.get("speculation"):
-        paragraphs.append(f"Recommendation: {spec['recommendation']}.")
-        if spec.get("speculative_config"):
-            paragraphs.append(f"vLLM setting: {json.dumps(spec['speculative_config'])}")
-    if target := doc.get("per_stream_target"):
+    if doc.crossover:
+        paragraphs.append(f"Crossover: {doc.crossover}.")
+    if spec := doc.speculation:
+        paragraphs.append(f"Recommendation: {spec.recommendation}.")
+        if spec.speculative_config:
+            paragraphs.append(f"vLLM setting: {json.dumps(spec.speculative_config.as_json())}")
+    if target := doc.per_stream_target:
         paragraphs.append(
-            f"Highest concurrency at >= {target['tok_s']:g} tok/s per stream: "
-            f"A {target['A']}, B {target['B']}."
+            f"Highest concurrency at >= {target.tok_s:g} tok/s per stream: "
+            f"A {target.A}, B {target.B}."
         )
     figure = Figure(
         "ab_deltas",
         "A/B: output throughput change per load",
         plots.bars(
-            [row["load"] for row in doc["points"]],
-            [row["deltas"]["output_throughput_tok_s"]["delta_pct"] or 0 for row in doc["points"]],
+            [row.load for row in doc.points],
+            [row.deltas["output_throughput_tok_s"].delta_pct or 0 for row in doc.points],
             title=f"{b.label} vs {a.label}",
             ylabel="% change in output tok/s",
         ),
@@ -310,13 +298,10 @@ def compare_section(a: Run, b: Run, per_stream_target: float | None) -> Section:
     return Section("A/B comparison", paragraphs, [table], figures=[figure])
 
 
-def validate_section(doc: dict[str, Any]) -> Section:
+def validate_section(doc: ValidateDocument) -> Section:
     """validate's checks (details quote model output: they are escaped by the renderer)."""
-    rows = [
-        [c["name"], c["status"], c["detail"], f"{c['duration_s']:.1f}"]
-        for c in doc.get("checks", [])
-    ]
-    verdict = "passed" if doc.get("passed") else "FAILED"
+    rows = [[c.name, c.status, c.detail, f"{c.duration_s:.1f}"] for c in doc.checks]
+    verdict = "passed" if doc.passed else "FAILED"
     return Section(
         "Functional validation",
         [f"validate {verdict}."],
@@ -331,7 +316,7 @@ def write_report(
     compare: tuple[Path, Path] | None = None,
     validate: Path | None = None,
     per_stream_target: float | None = None,
-) -> dict[str, Any]:
+) -> dict[str, str | list[str]]:
     """Write report.html, report.md and one PNG per plot into `out`; return what was written."""
     runs = [load_run(p) for p in paths]
     by_path = {p.resolve(): r for p, r in zip(paths, runs, strict=True)}
@@ -368,7 +353,7 @@ def write_report(
     }
 
 
-def _find_validate(paths: list[Path], given: Path | None) -> dict[str, Any] | None:
+def _find_validate(paths: list[Path], given: Path | None) -> ValidateDocument | None:
     candidates = (
         [given / "validate.json" if given.is_dir() else given]
         if given
@@ -380,7 +365,7 @@ def _find_validate(paths: list[Path], given: Path | None) -> dict[str, Any] | No
                 doc = json.loads(path.read_text(encoding="utf-8"))
             except json.JSONDecodeError as exc:
                 raise ServekitError(f"{path} is not JSON ({exc.msg})") from None
-            return dict(doc)
+            return load_validate(doc, where=str(path))
     if given is not None:
         raise ServekitError(f"no validate.json at {given}", fix="pass validate --out DIR's DIR")
     return None

@@ -9,9 +9,12 @@ from rich.table import Table
 from rich.text import Text
 
 from servekit.analyze.point_columns import point_headers, point_rows
+from servekit.results.compare import CompareRow
+from servekit.results.summary import SummaryPoint
+from servekit.results.validate import CheckBlock
 
 
-def points_table(points: Sequence[Mapping[str, Any]], *, title: str) -> Table:
+def points_table(points: Sequence[SummaryPoint], *, title: str) -> Table:
     """The deployment's table (concurrency, output tok/s, mean latency) plus timing columns."""
     table = Table(*point_headers("terminal"), title=title, title_justify="left")
     for row in point_rows(points, "terminal"):
@@ -41,19 +44,19 @@ def fit_table(rows: Sequence[Mapping[str, Any]], *, title: str) -> Table:
 _STATUS_STYLE = {"pass": "green", "fail": "bold red", "warn": "yellow", "skip": "dim"}
 
 
-def checks_table(checks: list[dict[str, Any]], *, title: str) -> Table:
+def checks_table(checks: Sequence[CheckBlock], *, title: str) -> Table:
     """validate's checks: status, name, one-line detail and duration (details escaped, since
     they quote model output)."""
     table = Table(title=title, show_lines=False)
     for column in ("status", "check", "detail", "s"):
         table.add_column(column, overflow="fold", justify="right" if column == "s" else "left")
     for check in checks:
-        status = str(check["status"])
+        status = check.status
         table.add_row(
             Text(status.upper(), style=_STATUS_STYLE.get(status, "")),
-            str(check["name"]),
-            Text(str(check["detail"])),
-            f"{float(check['duration_s']):.1f}",
+            check.name,
+            Text(check.detail),
+            f"{check.duration_s:.1f}",
         )
     return table
 
@@ -69,20 +72,20 @@ _COMPARE_COLUMNS = (
 )
 
 
-def compare_table(rows: list[dict[str, Any]], *, title: str) -> Table:
+def compare_table(rows: Sequence[CompareRow], *, title: str) -> Table:
     """compare's rows: per load, B's change against A for each headline metric."""
     table = Table(title=title)
     table.add_column("load")
     for label, _ in _COMPARE_COLUMNS:
         table.add_column(label, justify="right")
     for row in rows:
-        cells: list[Text | str] = [str(row["load"])]
+        cells: list[Text | str] = [row.load]
         for _, key in _COMPARE_COLUMNS:
-            d = row["deltas"][key]
-            if d["delta_pct"] is None:
+            d = row.deltas[key]
+            if d.delta_pct is None:
                 cells.append("n/a")
                 continue
-            style = _VERDICT_STYLE.get(d["verdict"], "")
-            cells.append(Text(f"{d['delta_pct']:+.1f}%", style=style))
+            style = _VERDICT_STYLE.get(d.verdict, "")
+            cells.append(Text(f"{d.delta_pct:+.1f}%", style=style))
         table.add_row(*cells)
     return table

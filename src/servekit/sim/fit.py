@@ -14,10 +14,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
 from servekit.analyze.summarize import point_metrics
 from servekit.errors import ConfigError
+from servekit.results import DocumentError
+from servekit.results.summary import load_summary
 from servekit.sim.engine import Engine
 from servekit.sim.offline import LoadPoint, run_point
 from servekit.specs import StepTimeParams, step_coefficients
@@ -208,47 +208,23 @@ def fit_step_params(
     return FitResult(found.best, found.detail, found.loss)
 
 
-class _Dist(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    mean: float | None
-
-
-class _Point(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    concurrency: int | None
-    completed: int
-    output_throughput_tok_s: float
-    latency_s: _Dist
-
-
-class _Workload(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    input_len: int = Field(gt=0)
-    output_len: int = Field(gt=0)
-    temperature: float = 0.0
-
-
-class _Summary(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    workload: _Workload
-    points: list[_Point]
-
-
 def measured_points(summary: object, *, where: str) -> list[MeasuredPoint]:
-    """Closed-loop points of a summary.json document, ready to fit.
+    """Closed-loop points of a parsed summary.json document, ready to fit.
 
     Raises:
         ConfigError: the document is not a servekit summary with fixed input/output lengths.
     """
     try:
-        doc = _Summary.model_validate(summary)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        key = ".".join(str(p) for p in first["loc"])
+        doc = load_summary(summary, where=where)
+    except DocumentError as exc:
+        raise ConfigError(exc.message, fix=exc.fix) from None
+    workload = doc.workload
+    if workload.input_len <= 0 or workload.output_len <= 0:
         raise ConfigError(
-            f"{where}: not a servekit summary.json ({key}: {first['msg']})",
+            f"{where}: not a servekit summary.json of fixed lengths (workload input_len "
+            f"{workload.input_len}, output_len {workload.output_len})",
             fix="pass run directories written by servekit bench or servekit sim run",
-        ) from None
+        )
     out = []
     for p in doc.points:
         if p.concurrency is None or p.latency_s.mean is None or p.completed == 0:
@@ -256,9 +232,9 @@ def measured_points(summary: object, *, where: str) -> list[MeasuredPoint]:
         out.append(
             MeasuredPoint(
                 concurrency=p.concurrency,
-                input_len=doc.workload.input_len,
-                output_len=doc.workload.output_len,
-                temperature=doc.workload.temperature,
+                input_len=workload.input_len,
+                output_len=workload.output_len,
+                temperature=workload.temperature,
                 throughput_tok_s=p.output_throughput_tok_s,
                 latency_s=p.latency_s.mean,
                 requests=min(p.completed, 128),

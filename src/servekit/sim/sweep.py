@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from servekit.analyze.summarize import point_metrics, point_to_json, summary_document
+from servekit.results.summary import ServerBlock, Summary, Target, Workload
 from servekit.sim.engine import Engine, EngineStats
 from servekit.sim.offline import LoadPoint, PointRun, run_point
 
@@ -24,26 +25,22 @@ class SimPointResult:
     run: PointRun
     stats: EngineStats
 
-    def server_json(self) -> dict[str, object]:
+    def server_json(self) -> ServerBlock:
         """The summary's `server` block, as /metrics counter deltas would give it."""
         s = self.stats
-        return {
-            "spec_acceptance_length": (1 + s.accepted_tokens / s.drafts) if s.drafts else None,
-            "spec_acceptance_rate": (s.accepted_tokens / s.draft_tokens)
-            if s.draft_tokens
-            else None,
-            "kv_cache_usage_max": round(self.run.kv_usage_max, 4),
-            "preemptions": s.preemptions,
-            "running_max": self.run.running_max,
-            "waiting_max": self.run.waiting_max,
-            "spec_acceptance_per_position": [
-                round(a / s.drafts, 4) for a in s.accepted_per_position
-            ]
+        return ServerBlock(
+            spec_acceptance_length=(1 + s.accepted_tokens / s.drafts) if s.drafts else None,
+            spec_acceptance_rate=(s.accepted_tokens / s.draft_tokens) if s.draft_tokens else None,
+            kv_cache_usage_max=round(self.run.kv_usage_max, 4),
+            preemptions=s.preemptions,
+            running_max=self.run.running_max,
+            waiting_max=self.run.waiting_max,
+            spec_acceptance_per_position=[round(a / s.drafts, 4) for a in s.accepted_per_position]
             if s.drafts
             else None,
-            "generation_tokens": s.generation_tokens,
-            "samples": [list(sample) for sample in self.run.samples],
-        }
+            generation_tokens=s.generation_tokens,
+            samples=[list(sample) for sample in self.run.samples],
+        )
 
 
 def simulate_sweep(
@@ -66,8 +63,8 @@ def sweep_summary(
     model: str | None,
     version: str,
     started_at: str,
-    workload: dict[str, object],
-) -> dict[str, object]:
+    workload: Workload,
+) -> Summary:
     """The summary.json document of a simulated sweep (same shape as a real run's)."""
     points = [
         point_to_json(
@@ -81,12 +78,9 @@ def sweep_summary(
     return summary_document(
         servekit_version=version,
         started_at=started_at,
-        target={
-            "url": None,
-            "model": model,
-            "server_version": f"servekit-sim {version}",
-            "profile": profile_name,
-        },
-        workload={**workload, "simulated": True},
+        target=Target(
+            url=None, model=model, server_version=f"servekit-sim {version}", profile=profile_name
+        ),
+        workload=workload.model_copy(update={"simulated": True}),
         points=points,
     )

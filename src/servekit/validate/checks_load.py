@@ -216,8 +216,8 @@ async def check_spec_decode(ctx: Context) -> Outcome:
         return Outcome("fail", f"a greedy request failed: {problem}")
     after = await scrape(ctx.session, ctx.spec.base_url)
     block = server_block(ctx.metrics_before, after, {})
-    length = block["spec_acceptance_length"]
-    per_position = block["spec_acceptance_per_position"]
+    length = block.spec_acceptance_length
+    per_position = block.spec_acceptance_per_position
     if after is None or "vllm:spec_decode_num_drafts" not in after.counters:
         return Outcome("skip", "no speculative-decoding counters in /metrics")
     if not isinstance(length, float):

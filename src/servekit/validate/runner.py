@@ -20,6 +20,12 @@ import aiohttp
 from servekit.bench.scrape import scrape
 from servekit.client.http import timing_trace_config
 from servekit.errors import UsageError
+from servekit.results.validate import (
+    VALIDATE_VERSION,
+    CheckBlock,
+    ValidateDocument,
+    ValidateTarget,
+)
 from servekit.validate import checks_basic as basic
 from servekit.validate import checks_load as load
 from servekit.validate.context import Context, Outcome, ValidateSpec
@@ -53,13 +59,17 @@ class CheckResult:
     duration_s: float
     data: dict[str, Any] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_block(self) -> CheckBlock:
         """The DESIGN.md section 4 shape (plus `data` when there is any)."""
-        doc: dict[str, Any] = {"name": self.name, "status": self.status, "detail": self.detail,
-                               "duration_s": round(self.duration_s, 3)}  # fmt: skip
+        values: dict[str, object] = {
+            "name": self.name,
+            "status": self.status,
+            "detail": self.detail,
+            "duration_s": round(self.duration_s, 3),
+        }
         if self.data:
-            doc["data"] = self.data
-        return doc
+            values["data"] = self.data
+        return CheckBlock.model_validate(values)  # fmt: skip
 
 
 def check_names(values: tuple[str, ...], flag: str) -> frozenset[str]:
@@ -129,10 +139,14 @@ async def _run_one(ctx: Context, name: str, check: CheckFn) -> CheckResult:
     return CheckResult(name, outcome.status, outcome.detail, time.monotonic() - start, outcome.data)
 
 
-def validate_document(results: list[CheckResult], spec: ValidateSpec) -> dict[str, Any]:
-    """validate.json: passed when no check failed (DESIGN.md section 4)."""
-    return {
-        "passed": all(r.status != "fail" for r in results),
-        "target": {"url": spec.base_url, "model": spec.model},
-        "checks": [r.to_json() for r in results],
-    }
+def validate_document(
+    results: list[CheckResult], spec: ValidateSpec, *, url: str | None = None
+) -> ValidateDocument:
+    """validate.json: passed when no check failed (DESIGN.md section 4); `url` replaces the
+    spec's base URL in it (to write it without credentials)."""
+    return ValidateDocument(
+        schema_version=VALIDATE_VERSION,
+        passed=all(r.status != "fail" for r in results),
+        target=ValidateTarget(url=url or spec.base_url, model=spec.model),
+        checks=[r.to_block() for r in results],
+    )

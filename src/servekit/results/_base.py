@@ -1,0 +1,38 @@
+"""The base of every servekit document model (core): frozen, strict about keys, JSON out."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
+
+from servekit.errors import ServekitError
+
+
+class Document(BaseModel):
+    """A frozen model of (part of) a JSON document; unknown keys are errors.
+
+    Keys that are optional in the document (absent, not null) are fields with a default that
+    the builder leaves unset: `as_json` writes the fields that were set, so a document read
+    back and written again is the same JSON, and a built one has exactly its keys.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", protected_namespaces=())
+    # What a document of the previous format (no schema_version) that lacks this block reads as.
+    v0_blank: ClassVar[dict[str, JsonValue]] = {}
+
+    def as_json(self) -> dict[str, JsonValue]:
+        """The document as JSON values, keys in field order, unset optional keys left out."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
+
+def first_error(exc: ValidationError) -> str:
+    """The first validation problem in one line: where in the document, and what."""
+    err = exc.errors()[0]
+    where = ".".join(str(part) for part in err["loc"]) or "the document"
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"{where}: {err['msg']}{more}"
+
+
+class DocumentError(ServekitError):
+    """A document read back (summary.json, validate.json) is not one servekit can read."""

@@ -1,0 +1,72 @@
+"""`servekit compare --json` as one typed model (core): per-load deltas and advice."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from servekit.results._base import Document
+
+COMPARE_VERSION: Literal[1] = 1
+Verdict = Literal["better", "worse", "within noise", "n/a"]
+
+
+class DeltaBlock(Document):
+    """One metric at one load: A, B, B's change in percent and the verdict from B's side."""
+
+    a: float | None
+    b: float | None
+    delta_pct: float | None
+    verdict: Verdict
+
+
+class CompareRow(Document):
+    """One load present in both runs, with every metric's delta (keyed `metric[.stat]`)."""
+
+    load: str
+    load_kind: Literal["concurrency", "rate_rps"]
+    load_value: float
+    deltas: dict[str, DeltaBlock]
+
+
+class SpeculativeConfig(Document):
+    """The vLLM dynamic speculative-decoding setting that enacts the advice."""
+
+    num_speculative_tokens_per_batch_size: list[tuple[int, int, int]]
+    note: str
+
+
+class SpeculationAdvice(Document):
+    """When speculation pays, from the run with it against the run without."""
+
+    run: Literal["A", "B"]
+    recommendation: str
+    enable_up_to_concurrency: float | None
+    min_gain_pct: float
+    gains_pct: list[tuple[float, float]]
+    speculative_config: SpeculativeConfig | None
+
+
+class PerStreamTarget(Document):
+    """The highest concurrency of each run whose mean per-stream speed meets the target."""
+
+    tok_s: float
+    A: int | None
+    B: int | None
+
+
+class ComparedRuns(Document):
+    """Where the two runs came from."""
+
+    A: str
+    B: str
+
+
+class Comparison(Document):
+    """The whole comparison document of `servekit compare`."""
+
+    schema_version: Literal[1]
+    points: list[CompareRow]
+    crossover: str | None
+    speculation: SpeculationAdvice | None = None
+    per_stream_target: PerStreamTarget | None = None
+    runs: ComparedRuns | None = None
