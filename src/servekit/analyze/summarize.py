@@ -304,7 +304,9 @@ def sample_arrays(ok: Sequence[RequestRecord]) -> SampleArrays:
     lengths = column(len(r.chunk_ns) for r in ok)
     total = int(lengths.sum())
     times = np.fromiter(chain.from_iterable(r.chunk_ns for r in ok), np.int64, count=total)
-    tokens = np.fromiter(chain.from_iterable(r.chunk_tokens for r in ok), np.int64, count=total)
+    tokens = np.fromiter(
+        chain.from_iterable(r.chunk_tokens[: len(r.chunk_ns)] for r in ok), np.int64, count=total
+    )  # a token count per chunk time (extra counts, never written by servekit, are ignored)
     # gap i is chunk i+1 - chunk i of the flat arrays; keep those inside one request
     starts = np.cumsum(lengths) - lengths
     inside = np.ones(max(total - 1, 0), dtype=bool)
@@ -313,8 +315,8 @@ def sample_arrays(ok: Sequence[RequestRecord]) -> SampleArrays:
     per_chunk = np.maximum(tokens[1:][inside], 1)
     gaps = np.maximum(lengths - 1, 0)
     itl = np.bincount(np.repeat(np.arange(n), gaps), weights=per_chunk, minlength=n)
-    has_tpot = column(r.output_tokens for r in ok)
-    tpot_rows = (has_tpot > 1) & (lengths > 1)
+    output = column(r.output_tokens for r in ok)
+    tpot_rows = (output > 1) & (lengths > 1)
     first, last = starts[tpot_rows], starts[tpot_rows] + lengths[tpot_rows] - 1
     return SampleArrays(
         latency_s=(end - sent) / NS_PER_S,
@@ -325,7 +327,7 @@ def sample_arrays(ok: Sequence[RequestRecord]) -> SampleArrays:
         itl_sizes=itl[gaps > 0].astype(np.int64),
         chunk_gap_ms=gap_ms,
         gap_sizes=gaps[gaps > 0],
-        tpot_ms=(times[last] - times[first]) / NS_PER_MS / (has_tpot[tpot_rows] - 1),
+        tpot_ms=(times[last] - times[first]) / NS_PER_MS / (output[tpot_rows] - 1),
     )
 
 
