@@ -110,11 +110,12 @@ def resample_statistics(values: FloatArray, sizes: IntArray, draws: IntArray) ->
 
     Row b of `draws` lists the clusters (indices into `sizes`) drawn for resample b; a
     resample is every sample of every drawn cluster, a cluster drawn twice counting twice.
-    The result is exactly what np.mean and np.percentile (linear) give on that resample,
-    computed without building it: the samples are sorted once, each resample becomes a
-    weight per cluster, and each order statistic is found by the resample's cumulative
-    weight, first over equal-count bins of the sorted samples, then inside one bin. The cost
-    is O(B * sqrt(samples * clusters)) for B resamples, not O(B * samples).
+    The result is what np.mean and np.percentile (linear) give on that resample (up to
+    rounding), computed without building it: the samples are sorted once, each resample
+    becomes a weight per cluster, and each order statistic is found by the resample's
+    cumulative weight, first over equal-count bins of the sorted samples, then inside one
+    bin. Beyond that one sort, B resamples cost O(B * sqrt(samples * clusters)), not
+    O(B * samples).
     """
     n, total = sizes.size, values.size
     resamples = draws.shape[0]
