@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from servekit.analyze.summarize import Slo, distribution, point_metrics
+from servekit.analyze.summarize import (
+    Slo,
+    distribution,
+    point_metrics,
+    resample_statistics,
+    samples,
+)
 from servekit.records import RequestRecord
 
 MS = 1_000_000
@@ -98,3 +105,91 @@ def test_goodput_counts_requests_meeting_every_slo() -> None:
     assert m.goodput_fraction == pytest.approx(0.5)
     assert m.goodput_rps == pytest.approx(1 / 1.0)
     assert point_metrics([fast, slow]).goodput_rps is None
+
+
+def reference_samples(ok: list[RequestRecord]) -> dict[str, list[float]]:
+    """The definitions of DESIGN.md section 5 written as a plain loop over records and chunks."""
+    out: dict[str, list[float]] = {k: [] for k in ("latency", "ttft", "ttfo", "itl", "gap", "tpot")}
+    for r in ok:
+        out["latency"].append((r.end_ns - r.sent_ns) / 1e9)
+        if r.first_token_ns:
+            out["ttft"].append((r.first_token_ns - r.sent_ns) / 1e6)
+        if r.first_answer_ns:
+            out["ttfo"].append((r.first_answer_ns - r.sent_ns) / 1e6)
+        for i in range(1, len(r.chunk_ns)):
+            dt_ms = (r.chunk_ns[i] - r.chunk_ns[i - 1]) / 1e6
+            out["gap"].append(dt_ms)
+            out["itl"].extend([dt_ms / max(r.chunk_tokens[i], 1)] * max(r.chunk_tokens[i], 1))
+        if r.output_tokens > 1 and len(r.chunk_ns) > 1:
+            tpot = (r.chunk_ns[-1] - r.chunk_ns[0]) / 1e6 / (r.output_tokens - 1)
+            out["tpot"].append(tpot)
+    return out
+
+
+chunk_lists = st.lists(st.tuples(st.integers(0, 10**8), st.integers(0, 5)), min_size=0, max_size=12)
+
+
+@given(st.lists(st.tuples(st.integers(0, 10**9), chunk_lists, st.booleans()), max_size=15))
+def test_vectorised_samples_equal_the_per_chunk_definition(
+    rows: list[tuple[int, list[tuple[int, int]], bool]],
+) -> None:
+    """samples() gives exactly the floats of the per-chunk loop, in the same order."""
+    records = []
+    for i, (sent, gaps, answered) in enumerate(rows):
+        times = tuple(sent + sum(g for g, _ in gaps[: j + 1]) + 1 for j in range(len(gaps)))
+        records.append(
+            RequestRecord(
+                str(i), "p", sent - 7, sent, times[0] if times else None,
+                times[-1] if times and answered else None, (times[-1] if times else sent) + 3,
+                times, tuple(k for _, k in gaps), output_tokens=sum(k for _, k in gaps),
+            )
+        )  # fmt: skip
+    got = samples(records)
+    want = reference_samples(records)
+    assert got.latency_s == want["latency"]
+    assert got.ttft_ms == want["ttft"]
+    assert got.ttfo_ms == want["ttfo"]
+    assert got.itl_ms == want["itl"]
+    assert got.chunk_gap_ms == want["gap"]
+    assert got.tpot_ms == want["tpot"]
+
+
+@pytest.mark.parametrize(("clusters", "largest"), [(1, 6), (4, 5), (60, 1), (40, 30)])
+def test_resample_statistics_equal_numpy_on_the_built_resample(clusters: int, largest: int) -> None:
+    """Each resample's mean and percentiles are np.mean and np.percentile of the resample."""
+    rng = np.random.default_rng(clusters)
+    sizes = rng.integers(1, largest + 1, size=clusters)
+    values = np.round(rng.gamma(2.0, 3.0, size=int(sizes.sum())), 1)  # with ties
+    draws = rng.integers(0, clusters, size=(30, clusters))
+    table = resample_statistics(values, sizes, draws)
+    groups = np.split(values, np.cumsum(sizes)[:-1])
+    for b in range(30):
+        resample = np.concatenate([groups[c] for c in draws[b]])
+        want = [resample.mean(), *np.percentile(resample, [50, 90, 99])]
+        assert table[:, b] == pytest.approx(want, rel=1e-12, abs=1e-12)
+
+
+def test_itl_intervals_resample_whole_requests() -> None:
+    """ITL's interval is a bootstrap over requests: with equal-length requests its interval
+    of the mean is that of the per-request means, far wider than a per-token bootstrap."""
+    records = [
+        record(str(i), 0, [(100 + j * (i + 1), 1) for j in range(33)]) for i in range(20)
+    ]  # request i: 32 ITL samples of i + 1 ms
+    m = point_metrics(records)
+    per_request = distribution([float(i + 1) for i in range(20)])
+    assert m.itl_ms.ci95 is not None
+    assert per_request.ci95 is not None
+    assert m.itl_ms.ci95["mean"] == pytest.approx(per_request.ci95["mean"])
+    itl = samples(records).itl_ms
+    per_token = distribution(itl).ci95
+    assert per_token is not None
+    width = m.itl_ms.ci95["mean"][1] - m.itl_ms.ci95["mean"][0]
+    assert width > 3 * (per_token["mean"][1] - per_token["mean"][0])
+
+
+def test_one_request_gives_no_itl_interval() -> None:
+    """A single request is one cluster: nothing to resample, so its ITL has no interval."""
+    m = point_metrics([record("a", 0, [(200, 1), (230, 3), (260, 3)])])
+    assert m.itl_ms.ci95 is None
+    with pytest.raises(ValueError, match="clusters"):
+        distribution([1.0, 2.0, 3.0], clusters=[1, 1])
