@@ -41,7 +41,8 @@ def chunk(tokens: int) -> bytes:
 
 @dataclass
 class FakeVllm:
-    """A scripted vLLM: a prompt starting `#cut`, `#early`, `#500` or `#hang`
+    """A scripted vLLM: a prompt starting `#cut`, `#early`, `#500`, `#stuck`
+    or `#hang`
     names its fate; any other is answered normally.
 
     A normal stream sends OUTPUT_LEN tokens as chunks of 1, 2 and 2 tokens and counts them
@@ -72,6 +73,8 @@ class FakeVllm:
         self.order.append(prompt)
         if prompt.startswith("#500"):
             return MockResponse.json({"error": {"message": "engine failed"}}, status=500)
+        if prompt.startswith("#stuck"):
+            await asyncio.Event().wait()  # accepted, never answered
         return MockResponse.stream(self._pieces(prompt))
 
     async def _pieces(self, prompt: str) -> AsyncIterator[bytes]:
@@ -186,13 +189,14 @@ def test_open_loop_cap_and_deadline() -> None:
 
 
 def test_failures_are_classified_in_both_loops() -> None:
-    """A 500, a cut connection, a stream without [DONE] and a mid-stream hang each become
-    a classified record with no output tokens; the hang ends at the request's deadline."""
-    prompts = ["ok", "#500", "#cut", "#early", "#hang"]
-    want = {0: None, 1: "http_500", 2: "stream_cut", 3: "stream_cut", 4: "timeout"}
+    """A 500, a cut connection, a stream without [DONE], and hangs before the answer or
+    mid-stream each become a classified record with no output tokens; hangs end at the
+    request's deadline."""
+    prompts = ["ok", "#500", "#cut", "#early", "#hang", "#stuck"]
+    want = {0: None, 1: "http_500", 2: "stream_cut", 3: "stream_cut", 4: "timeout", 5: "timeout"}
     start = time.monotonic()
-    closed, _ = send(FakeVllm(), prompts, Share(False, concurrency=5))
-    opened, _ = send(FakeVllm(), prompts, Share(True, schedule=tuple((i, 0.0) for i in range(5)),
+    closed, _ = send(FakeVllm(), prompts, Share(False, concurrency=6))
+    opened, _ = send(FakeVllm(), prompts, Share(True, schedule=tuple((i, 0.0) for i in range(6)),
                                                 start_ns=time.monotonic_ns()))  # fmt: skip
     assert time.monotonic() - start < 5.0
     for ended in (closed, opened):
@@ -200,8 +204,9 @@ def test_failures_are_classified_in_both_loops() -> None:
         assert kinds == want
         for index, record in ended:
             assert record.output_tokens == (OUTPUT_LEN if index == 0 else 0)
-    hang = dict(closed)[4]
-    assert 0.45e9 <= hang.end_ns - hang.sent_ns < 2e9  # the 0.5 s deadline fired
+    for index in (4, 5):
+        hang = dict(closed)[index]
+        assert 0.45e9 <= hang.end_ns - hang.sent_ns < 2e9  # the 0.5 s deadline fired
 
 
 def test_run_points_over_a_fake_server(tmp_path: Path) -> None:
