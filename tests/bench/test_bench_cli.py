@@ -16,6 +16,8 @@ from servekit.bench.runner import plan_requests
 from servekit.bench.spec import BenchSpec
 from servekit.bench.store import read_records
 from servekit.cli.main import cli
+from servekit.client.aiohttp_transport import AiohttpTransport
+from servekit.client.endpoint import Endpoint
 
 pytestmark = pytest.mark.integration
 
@@ -155,7 +157,9 @@ def test_shared_prefix_prompts(server: str) -> None:
 
     async def go() -> list[str]:
         async with aiohttp.ClientSession() as session:
-            planned, method = await plan_requests(session, spec, 5, random.Random(0))
+            planned, method = await plan_requests(
+                Endpoint(spec.base_url, AiohttpTransport(session)), spec, 5, random.Random(0)
+            )
             assert method == "server /tokenize"
             counts = []
             for p in planned:

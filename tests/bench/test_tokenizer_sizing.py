@@ -14,6 +14,8 @@ from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 from servekit.bench.runner import plan_requests
 from servekit.bench.spec import BenchSpec
+from servekit.client.aiohttp_transport import AiohttpTransport
+from servekit.client.endpoint import Endpoint
 from servekit.workload.synthetic import words
 
 pytestmark = pytest.mark.integration
@@ -44,7 +46,12 @@ def test_local_tokenizer_sizes_prompts_exactly(
 
         async def go(spec: BenchSpec = spec) -> tuple[list[Any], str]:
             async with aiohttp.ClientSession() as session:
-                return await plan_requests(session, spec, 4, random.Random(spec.input_len))
+                return await plan_requests(
+                    Endpoint(spec.base_url, AiohttpTransport(session)),
+                    spec,
+                    4,
+                    random.Random(spec.input_len),
+                )
 
         planned, method = asyncio.run(go())
         assert method == "local tokenizer.json"
@@ -59,6 +66,8 @@ def test_no_counter_is_stated(tmp_path: Path, start_script: Callable[..., Any]) 
 
     async def go() -> tuple[list[Any], str]:
         async with aiohttp.ClientSession() as session:
-            return await plan_requests(session, spec, 2, random.Random(0))
+            return await plan_requests(
+                Endpoint(spec.base_url, AiohttpTransport(session)), spec, 2, random.Random(0)
+            )
 
     assert asyncio.run(go())[1] == "approximate (one word per token)"

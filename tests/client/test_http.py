@@ -11,6 +11,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from servekit.client.aiohttp_transport import AiohttpTransport
 from servekit.client.http import TimedStream, stream_request
 
 pytestmark = pytest.mark.integration
@@ -117,7 +118,10 @@ async def call(path: str, timeout_s: float = 10.0) -> TimedStream:
     try:
         async with aiohttp.ClientSession() as session:
             return await stream_request(
-                session, f"http://127.0.0.1:{port}{path}", {"stream": True}, timeout_s=timeout_s
+                AiohttpTransport(session),
+                f"http://127.0.0.1:{port}{path}",
+                {"stream": True},
+                timeout_s=timeout_s,
             )
     finally:
         await runner.cleanup()
@@ -174,6 +178,6 @@ def test_connection_refused() -> None:
 
     async def go() -> TimedStream:
         async with aiohttp.ClientSession() as session:
-            return await stream_request(session, "http://127.0.0.1:9/v1/x", {})
+            return await stream_request(AiohttpTransport(session), "http://127.0.0.1:9/v1/x", {})
 
     assert asyncio.run(go()).result.error_kind == "connect"

@@ -30,19 +30,9 @@ from multiprocessing.context import SpawnProcess
 from multiprocessing.sharedctypes import Synchronized
 from typing import Any
 
-import aiohttp
-
-from servekit.bench.runner import (
-    ClientLoad,
-    Emit,
-    Share,
-    Taker,
-    endpoint,
-    send_share,
-    warm_connections,
-)
+from servekit.bench.runner import ClientLoad, Emit, Share, Taker, api_path, send_share
 from servekit.bench.spec import BenchSpec
-from servekit.client.http import timing_trace_config
+from servekit.client.endpoint import open_endpoint
 from servekit.errors import SimulationError
 from servekit.records import RequestRecord
 
@@ -175,21 +165,17 @@ async def _worker_loop(
 ) -> None:
     loop = asyncio.get_running_loop()
     watchdog = asyncio.create_task(_exit_with_parent())
-    async with aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=0),
-        trace_configs=[timing_trace_config()],
-        timeout=aiohttp.ClientTimeout(total=None),
-    ) as session:
+    async with open_endpoint(spec.base_url, spec.headers) as endpoint:
         results.put(("ready", worker))
         while (job := await loop.run_in_executor(None, inbox.get)) is not None:
-            await warm_connections(session, spec.base_url, job.share.concurrency or 8)
+            await endpoint.warm(job.share.concurrency or 8)
 
             def emit(index: int, record: RequestRecord) -> None:
                 results.put(("record", index, record))
 
             load = await send_share(
-                session,
-                endpoint(spec),
+                endpoint,
+                api_path(spec),
                 spec,
                 job.label,
                 job.bodies,

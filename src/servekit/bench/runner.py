@@ -17,18 +17,18 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import aiohttp
-
 from servekit.analyze.summarize import distribution
 from servekit.bench.scrape import Snapshot, scrape, server_block
 from servekit.bench.sizing import sized_prompts
 from servekit.bench.spec import BenchSpec, Planned, PointOutcome, PointSpec
 from servekit.bench.store import RecordWriter
-from servekit.client.http import TimedStream, stream_request, timing_trace_config
+from servekit.client.endpoint import Endpoint, open_endpoint
+from servekit.client.http import TimedStream
+from servekit.client.transport import Transport
 from servekit.errors import EndpointError
 from servekit.records import RequestRecord
 from servekit.results.summary import ClientBlock
-from servekit.workload.synthetic import constant_arrivals, gamma_arrivals, poisson_arrivals
+from servekit.workload.synthetic import arrival_offsets
 
 SAMPLE_EVERY_S = 0.25
 POOL_START_LEAD_S = 0.3  # worker processes start a point together, this long after dispatch
@@ -71,7 +71,7 @@ def request_body(
 
 
 async def plan_requests(
-    session: aiohttp.ClientSession, spec: BenchSpec, count: int, rng: random.Random
+    endpoint: Endpoint, spec: BenchSpec, count: int, rng: random.Random
 ) -> tuple[list[Planned], str]:
     """Every request of the run, in order (from the dataset, or synthetic and sized), and
     how the prompts' lengths were counted."""
@@ -91,15 +91,15 @@ async def plan_requests(
     lengths = [
         spec.input_dist.draw(rng) if spec.input_dist else spec.input_len for _ in range(count)
     ]
-    prompts, method = await sized_prompts(session, spec, lengths, rng)
+    prompts, method = await sized_prompts(endpoint, spec, lengths, rng)
     return [
         Planned(request_body(spec, p, out), out) for p, out in zip(prompts, outputs, strict=True)
     ], method
 
 
-def endpoint(spec: BenchSpec) -> str:
-    """The URL requests go to: chat completions or completions."""
-    return f"{spec.base_url}/v1/{'chat/completions' if spec.api == 'chat' else 'completions'}"
+def api_path(spec: BenchSpec) -> str:
+    """The path requests go to: chat completions or completions."""
+    return f"/v1/{'chat/completions' if spec.api == 'chat' else 'completions'}"
 
 
 def to_record(rid: str, point: str, scheduled_ns: int, timed: TimedStream) -> RequestRecord:
@@ -129,8 +129,7 @@ GAUGES = ("vllm:kv_cache_usage_perc", "vllm:num_requests_running", "vllm:num_req
 
 
 async def _sample_gauges(
-    session: aiohttp.ClientSession,
-    base_url: str,
+    endpoint: Endpoint,
     maxima: dict[str, float],
     stop: asyncio.Event,
     samples: list[list[float]],
@@ -140,7 +139,7 @@ async def _sample_gauges(
     KV usage, running, waiting) samples for plots over time."""
     start = time.monotonic()
     while not stop.is_set() and every_s > 0:
-        snap = await scrape(session, base_url)
+        snap = await scrape(endpoint)
         if snap is not None:
             for name, value in snap.gauges.items():
                 maxima[name] = max(maxima.get(name, value), value)
@@ -149,26 +148,6 @@ async def _sample_gauges(
                 samples.append([round(time.monotonic() - start, 3), *values])
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), every_s)
-
-
-async def warm_connections(session: aiohttp.ClientSession, base_url: str, count: int) -> None:
-    """Open `count` keep-alive connections (concurrent /health calls) before a point, so no
-    measured request pays for a TCP handshake."""
-
-    async def one() -> None:
-        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-            async with session.get(f"{base_url}/health", timeout=aiohttp.ClientTimeout(10)) as r:
-                await r.read()
-
-    await asyncio.gather(*(one() for _ in range(count)))
-
-
-async def _health(session: aiohttp.ClientSession, base_url: str) -> int | None:
-    try:
-        async with session.get(f"{base_url}/health", timeout=aiohttp.ClientTimeout(5)) as r:
-            return r.status
-    except (aiohttp.ClientError, TimeoutError):
-        return None
 
 
 class PointSender(Protocol):
@@ -206,31 +185,24 @@ async def run_points(
     on_record: Callable[[RequestRecord], None] = lambda _: None,
     on_point: Callable[[PointSpec, int], None] = lambda _p, _n: None,
     pool: PointSender | None = None,
+    transport: Transport | None = None,
 ) -> BenchRun:
     """Run every point in order; stop early (with the reason) if the server dies.
 
     With a `pool`, other processes send each point's requests and this one keeps the records.
+    Requests go over `transport` when given (a test's fake server), else over servekit's
+    own HTTP session.
     """
     progress = progress if progress is not None else Progress()
     rng = random.Random(spec.seed)
-    url = endpoint(spec)
-    connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
+    path = api_path(spec)
     outcomes = progress.outcomes
-    async with aiohttp.ClientSession(
-        connector=connector,
-        trace_configs=[timing_trace_config()],
-        timeout=aiohttp.ClientTimeout(total=None),  # each request has its own --timeout
-    ) as session:
+    async with open_endpoint(spec.base_url, spec.headers, transport=transport) as endpoint:
         counts = [point.requests or spec.requests_per_point for point in points]
         total = spec.warmup + sum(counts)
-        planned, progress.input_len_method = await plan_requests(session, spec, total, rng)
+        planned, progress.input_len_method = await plan_requests(endpoint, spec, total, rng)
         warm = [p.body for p in planned[: spec.warmup]]
-        await asyncio.gather(
-            *(
-                stream_request(session, url, b, headers=spec.headers, timeout_s=spec.timeout_s)
-                for b in warm
-            )
-        )
+        await asyncio.gather(*(endpoint.stream(path, b, timeout_s=spec.timeout_s) for b in warm))
         offset = spec.warmup
         for point, count in zip(points, counts, strict=True):
             bodies = planned[offset : offset + count]
@@ -238,9 +210,9 @@ async def run_points(
             progress.current, progress.current_records = point, []
             on_point(point, len(bodies))
             outcome = await _run_point(
-                session,
+                endpoint,
                 spec,
-                url,
+                path,
                 point,
                 bodies,
                 writer,
@@ -252,7 +224,7 @@ async def run_points(
             progress.current = None
             outcomes.append(outcome)
             failed = sum(1 for r in outcome.records if not r.ok)
-            if failed and await _health(session, spec.base_url) != 200:
+            if failed and await endpoint.health() != 200:
                 return BenchRun(
                     outcomes,
                     EndpointError(
@@ -293,8 +265,8 @@ Emit = Callable[[int, RequestRecord], None]
 
 
 async def send_share(
-    session: aiohttp.ClientSession,
-    url: str,
+    endpoint: Endpoint,
+    path: str,
     spec: BenchSpec,
     label: str,
     bodies: list[dict[str, Any]],
@@ -310,9 +282,7 @@ async def send_share(
     cpu_start, wall_start = time.process_time(), time.monotonic()
 
     async def send(index: int, scheduled_ns: int) -> None:
-        timed = await stream_request(
-            session, url, bodies[index], headers=spec.headers, timeout_s=spec.timeout_s
-        )
+        timed = await endpoint.stream(path, bodies[index], timeout_s=spec.timeout_s)
         await asyncio.sleep(0)  # let other streams stamp their bytes before this bookkeeping
         emit(index, to_record(f"{label}-{index}", label, scheduled_ns, timed))
 
@@ -334,9 +304,9 @@ async def send_share(
 
 
 async def _run_point(
-    session: aiohttp.ClientSession,
+    endpoint: Endpoint,
     spec: BenchSpec,
-    url: str,
+    path: str,
     point: PointSpec,
     bodies: list[Planned],
     writer: RecordWriter,
@@ -345,13 +315,13 @@ async def _run_point(
     records: list[RequestRecord],
     pool: PointSender | None,
 ) -> PointOutcome:
-    await warm_connections(session, spec.base_url, point.concurrency or 8)
-    before: Snapshot | None = await scrape(session, spec.base_url)
+    await endpoint.warm(point.concurrency or 8)
+    before: Snapshot | None = await scrape(endpoint)
     maxima: dict[str, float] = {}
     stop = asyncio.Event()
     samples: list[list[float]] = []
     sampler = asyncio.create_task(
-        _sample_gauges(session, spec.base_url, maxima, stop, samples, spec.metrics_interval_s)
+        _sample_gauges(endpoint, maxima, stop, samples, spec.metrics_interval_s)
     )
     short: list[tuple[int, int]] = []
 
@@ -369,9 +339,7 @@ async def _run_point(
     share = Share(
         open_loop=point.concurrency is None,
         concurrency=point.concurrency or 0,
-        schedule=()
-        if point.concurrency is not None
-        else tuple(enumerate(_arrivals(point, len(bodies), rng))),
+        schedule=() if point.concurrency is not None else _schedule(point, len(bodies), rng),
         cap=point.max_concurrency,
         start_ns=start,
         deadline_ns=deadline,
@@ -381,14 +349,14 @@ async def _run_point(
         if pool is None:
             taker = closed_taker(len(bodies), deadline)
             loads = [
-                await send_share(session, url, spec, point.label, payloads, share, taker, keep)
+                await send_share(endpoint, path, spec, point.label, payloads, share, taker, keep)
             ]
         else:
             loads = await pool.send_point(point.label, payloads, share, keep)
     finally:
         stop.set()
         await asyncio.gather(sampler, return_exceptions=True)
-    after = await scrape(session, spec.base_url)
+    after = await scrape(endpoint)
     warnings, figures = certify(
         [lag for load in loads for lag in load.loop_lags_ms],
         [lag for load in loads for lag in load.send_lags_ms],
@@ -520,13 +488,10 @@ def certify(
     }
 
 
-def _arrivals(point: PointSpec, count: int, rng: random.Random) -> list[float]:
-    assert point.rate_rps is not None
-    if point.arrival == "constant":
-        return constant_arrivals(point.rate_rps, count)
-    if point.arrival.startswith("gamma:"):
-        return gamma_arrivals(point.rate_rps, float(point.arrival[6:]), count, rng)
-    return poisson_arrivals(point.rate_rps, count, rng)
+def _schedule(point: PointSpec, count: int, rng: random.Random) -> tuple[tuple[int, float], ...]:
+    """An open-loop point's numbered arrival offsets (s), by the point's arrival process."""
+    assert point.rate_rps is not None  # a point is closed (concurrency) or open (rate)
+    return tuple(enumerate(arrival_offsets(point.arrival, point.rate_rps, count, rng)))
 
 
 def _length_warnings(short: list[tuple[int, int]]) -> list[str]:

@@ -1,13 +1,17 @@
-"""Scrape vLLM's Prometheus /metrics (shell fetch + pure parse with prometheus-client)."""
+"""Scrape vLLM's Prometheus /metrics (shell fetch through `client.Endpoint` + pure parse with
+prometheus-client)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from servekit.results.summary import ServerBlock
+
+if TYPE_CHECKING:
+    from servekit.client.endpoint import Endpoint
 
 COUNTERS = (
     "vllm:spec_decode_num_drafts",
@@ -58,15 +62,10 @@ def parse_metrics(text: str) -> Snapshot:
     return Snapshot(counters, gauges, per_position or None)
 
 
-async def scrape(session: aiohttp.ClientSession, base_url: str) -> Snapshot | None:
+async def scrape(endpoint: Endpoint) -> Snapshot | None:
     """Fetch and parse /metrics; None when the server has no usable metrics endpoint."""
-    try:
-        async with session.get(f"{base_url}/metrics", timeout=aiohttp.ClientTimeout(5)) as r:
-            if r.status != 200:
-                return None
-            return parse_metrics(await r.text())
-    except (aiohttp.ClientError, TimeoutError):
-        return None
+    text = await endpoint.metrics()
+    return None if text is None else parse_metrics(text)
 
 
 def server_block(

@@ -13,7 +13,6 @@ import random
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
 from tokenizers import Tokenizer
 
 from servekit.errors import ConfigError
@@ -21,6 +20,7 @@ from servekit.workload.synthetic import words
 
 if TYPE_CHECKING:
     from servekit.bench.spec import BenchSpec
+    from servekit.client.endpoint import Endpoint
 
 MAX_ADJUST = 12
 SERVER = "server /tokenize"
@@ -41,8 +41,8 @@ def _load_tokenizer(path: str) -> Tokenizer:
 class Sizer:
     """Counts prompt tokens, preferring the server, and remembers which method it used."""
 
-    def __init__(self, session: aiohttp.ClientSession, spec: BenchSpec) -> None:
-        self.session = session
+    def __init__(self, endpoint: Endpoint, spec: BenchSpec) -> None:
+        self.endpoint = endpoint
         self.spec = spec
         self.server_ok = True
         self.method = APPROXIMATE
@@ -85,15 +85,7 @@ class Sizer:
                 body["chat_template_kwargs"] = spec.chat_template_kwargs
         else:
             body["prompt"] = prompt
-        try:
-            async with self.session.post(f"{spec.base_url}/tokenize", json=body) as r:
-                if r.status != 200:
-                    return None
-                doc = await r.json()
-        except (aiohttp.ClientError, TimeoutError, ValueError):
-            return None
-        count = doc.get("count") if isinstance(doc, dict) else None
-        return count if isinstance(count, int) else None
+        return await self.endpoint.tokenize(body, timeout_s=spec.timeout_s)
 
 
 async def _cut(sizer: Sizer, text: str, target: int) -> str | None:
@@ -122,14 +114,14 @@ async def _cut(sizer: Sizer, text: str, target: int) -> str | None:
 
 
 async def sized_prompts(
-    session: aiohttp.ClientSession, spec: BenchSpec, lengths: list[int], rng: random.Random
+    endpoint: Endpoint, spec: BenchSpec, lengths: list[int], rng: random.Random
 ) -> tuple[list[str], str]:
     """Return one distinct prompt per target length, and the counting method used.
 
     With `spec.shared_prefix`, every prompt starts with the same text of about that many
     tokens (a prefix-cache workload); the distinct rest makes up the target length.
     """
-    sizer = Sizer(session, spec)
+    sizer = Sizer(endpoint, spec)
     prefix = ""
     prefix_tokens = 0
     if spec.shared_prefix:

@@ -1,4 +1,4 @@
-"""Assemble a bench run's summary.json and discover what the server is (shell for discovery)."""
+"""Assemble a bench run's summary.json and discover what the server is (shell)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,7 @@ import datetime as dt
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
-import aiohttp
 from pydantic import JsonValue
 
 from servekit.analyze.summarize import Slo, point_metrics, point_to_json, summary_document
@@ -19,18 +17,11 @@ from servekit.bench.pool import WorkerPool
 from servekit.bench.runner import Progress, run_points
 from servekit.bench.spec import BenchSpec, PointOutcome, PointSpec, ProgressSink
 from servekit.bench.store import RecordWriter, write_summary, write_summary_tables
+from servekit.client.endpoint import open_endpoint
+from servekit.client.transport import Transport
+from servekit.client.urls import redact_url as redact_url
 from servekit.errors import EndpointError, Interrupted, ServekitError
 from servekit.results.summary import ClientBlock, ServerBlock, SloBlock, Summary, Target, Workload
-
-
-def redact_url(url: str) -> str:
-    """The URL without any user:password part, safe to write to files and logs."""
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -43,21 +34,22 @@ class ServerInfo:
     model_entry: dict[str, JsonValue]
 
 
-async def discover(base_url: str, headers: dict[str, str]) -> ServerInfo:
+async def discover(
+    base_url: str, headers: dict[str, str], *, transport: Transport | None = None
+) -> ServerInfo:
     """Read /v1/models (the served model, max_model_len) and /version.
 
     Raises:
         EndpointError: the server does not answer /v1/models with a model.
     """
-    async with aiohttp.ClientSession(headers=headers) as session:
-        try:
-            async with session.get(f"{base_url}/v1/models", timeout=aiohttp.ClientTimeout(10)) as r:
-                doc: Any = await r.json(content_type=None) if r.status == 200 else None
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+    async with open_endpoint(base_url, headers, transport=transport) as server:
+        reply = await server.models()
+        if reply.error_kind is not None and reply.status in (None, 200):
             raise EndpointError(
-                f"cannot reach {base_url}/v1/models ({type(exc).__name__})",
+                f"cannot reach {base_url}/v1/models ({reply.error_kind}: {reply.error})",
                 fix="check --url and that the server is up",
-            ) from None
+            )
+        doc = reply.doc
         data = doc.get("data") if isinstance(doc, dict) else None
         if not isinstance(data, list) or not data or not isinstance(data[0], dict):
             raise EndpointError(
@@ -65,14 +57,7 @@ async def discover(base_url: str, headers: dict[str, str]) -> ServerInfo:
             )
         entry = {k: v for k, v in data[0].items() if k in _MODEL_FIELDS}
         max_len = entry.get("max_model_len")
-        version = None
-        try:
-            async with session.get(f"{base_url}/version", timeout=aiohttp.ClientTimeout(5)) as r:
-                if r.status == 200:
-                    v = await r.json(content_type=None)
-                    version = str(v.get("version")) if isinstance(v, dict) else None
-        except (aiohttp.ClientError, TimeoutError, ValueError):
-            version = None
+        version = await server.version()
     return ServerInfo(
         str(entry.get("id")), max_len if isinstance(max_len, int) else None, version, entry
     )

@@ -9,20 +9,9 @@ from __future__ import annotations
 import http.client
 import urllib.error
 import urllib.request
-from urllib.parse import urlsplit
 
 from servekit import __version__
-
-SCHEMES = ("http", "https")
-"""URL schemes `fetch_bytes` accepts."""
-
-
-def is_http_url(text: str) -> bool:
-    """Return True when text is an http:// or https:// URL."""
-    try:
-        return urlsplit(text).scheme.lower() in SCHEMES
-    except ValueError:  # e.g. an unclosed IPv6 bracket: not a usable URL
-        return False
+from servekit.client.urls import is_http_url
 
 
 def fetch_bytes(url: str, *, timeout_s: float, max_bytes: int) -> bytes:

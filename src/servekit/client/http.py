@@ -1,13 +1,15 @@
-"""Timed OpenAI-compatible requests over aiohttp (shell): the only HTTP code in servekit.
+"""Timed OpenAI-compatible requests over a `Transport` (shell): every request servekit sends
+to a server goes through here (`Endpoint` in `client/endpoint.py` is the friendly layer).
 
 Timestamps are integer nanoseconds from `time.monotonic_ns()`: t0 is taken when the
-request's last byte has been written to the connection (an aiohttp trace hook, so time
-spent waiting for a connection or for the event loop before the write is not counted as
-server latency; sessions without the hook fall back to the moment before the call), and
-each arrival time when a piece of the response body arrives, before any parsing.
-Connections are reused by the caller's session. Failures never raise: they come back
-classified (connect, timeout, http_<status>, context_length, stream_cut, malformed_chunk,
-empty_output, server_error, wrong_content_type).
+request's last byte has been written to the connection (the transport's `sent_ns`, an
+aiohttp trace hook in `client/aiohttp_transport.py`, so time spent waiting for a connection
+or for the event loop before the write is not counted as server latency; transports that
+cannot tell fall back to the moment before the call), and each arrival time when a piece of
+the response body arrives, before any parsing. Connections are reused by the caller's
+transport. Failures never raise: they come back classified (connect, timeout, http_<status>,
+context_length, stream_cut, malformed_chunk, empty_output, server_error, wrong_content_type).
+Every call has its own deadline (`timeout_s`), set here and not in the transport.
 """
 
 from __future__ import annotations
@@ -18,10 +20,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
-
 from servekit.client.sse import SseParser
-from servekit.client.stream import StreamReader, StreamResult
+from servekit.client.stream import STREAM_CUT, StreamReader, StreamResult
+from servekit.client.transport import ConnectFailed, Disconnected, Transport, TransportError
 
 CONTEXT_LENGTH = "context_length"
 CONNECT = "connect"
@@ -31,30 +32,6 @@ WRONG_CONTENT_TYPE = "wrong_content_type"
 # server ignored `stream: true`) or a page (a proxy or gateway). Other types, including
 # none, are read as SSE: the parser classifies what does not parse.
 NOT_A_STREAM = frozenset({"application/json", "text/html", "text/plain", "application/xml"})
-
-
-@dataclass(slots=True)
-class _SendTime:
-    ns: int | None = None
-
-
-async def _on_sent(
-    session: aiohttp.ClientSession,
-    ctx: Any,
-    params: aiohttp.TraceRequestChunkSentParams | aiohttp.TraceRequestHeadersSentParams,
-) -> None:
-    holder = ctx.trace_request_ctx
-    if isinstance(holder, _SendTime):
-        holder.ns = time.monotonic_ns()  # the latest write: headers, then the body
-
-
-def timing_trace_config() -> aiohttp.TraceConfig:
-    """A trace config that timestamps when each request's bytes are written; pass it to
-    every ClientSession used with `stream_request`."""
-    config = aiohttp.TraceConfig()
-    config.on_request_headers_sent.append(_on_sent)
-    config.on_request_chunk_sent.append(_on_sent)
-    return config
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +59,7 @@ def _error_message(body: bytes) -> str:
 
 
 async def stream_request(
-    session: aiohttp.ClientSession,
+    transport: Transport,
     url: str,
     body: dict[str, Any],
     *,
@@ -92,7 +69,7 @@ async def stream_request(
     """POST a streaming request and read it to the end, timing every piece.
 
     Args:
-        session: a session whose connector keeps connections warm.
+        transport: a transport whose connections stay warm.
         url: the full endpoint URL (…/v1/chat/completions or …/v1/completions).
         body: the request JSON (must ask for `stream: true`).
         headers: extra headers (e.g. authorization); never logged.
@@ -104,24 +81,17 @@ async def stream_request(
     payload = json.dumps(body).encode()
     all_headers = {"Content-Type": "application/json", **(headers or {})}
     sent = time.monotonic_ns()
-    written = _SendTime()
     failure: tuple[str, str] | None = None
     cut = False
     try:
         async with asyncio.timeout(timeout_s):
-            async with session.post(
-                url, data=payload, headers=all_headers, trace_request_ctx=written
-            ) as resp:
-                sent = written.ns or sent
+            async with transport.send("POST", url, body=payload, headers=all_headers) as resp:
+                sent = resp.sent_ns or sent
                 status = resp.status
                 if status != 200:
                     message = _error_message(await resp.read())
-                    kind = (
-                        CONTEXT_LENGTH
-                        if status == 400 and "maximum context length" in message
-                        else f"http_{status}"
-                    )
-                    reader.result.error_kind, reader.result.error = kind, message
+                    reader.result.error_kind = _status_kind(status, message)
+                    reader.result.error = message
                     return TimedStream(sent, time.monotonic_ns(), status, reader.result)
                 if resp.content_type in NOT_A_STREAM:
                     body_start = (await resp.read())[:200].decode("utf-8", "replace")
@@ -131,7 +101,7 @@ async def stream_request(
                         f"text/event-stream: {body_start!r}"
                     )
                     return TimedStream(sent, time.monotonic_ns(), status, reader.result)
-                async for piece in resp.content.iter_any():
+                async for piece in resp.pieces():
                     arrived = time.monotonic_ns()
                     # Yield once so every stream whose bytes arrived in the same poll stamps
                     # them before any of us spends time parsing (stamp first, work later).
@@ -140,12 +110,12 @@ async def stream_request(
                         reader.feed(event.data, arrived)
     except TimeoutError:
         cut, failure = True, (TIMEOUT, f"no end within {timeout_s} s")
-    except aiohttp.ClientConnectorError as exc:
-        failure = (CONNECT, str(exc))
-    except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError) as exc:
-        cut, failure = True, ("", f"connection closed mid-stream ({type(exc).__name__})")
-    except aiohttp.ClientError as exc:
-        cut, failure = True, ("", f"{type(exc).__name__}: {exc}")
+    except ConnectFailed as exc:
+        failure = (CONNECT, exc.text)
+    except Disconnected as exc:
+        cut, failure = True, ("", f"connection closed mid-stream ({exc.name})")
+    except TransportError as exc:
+        cut, failure = True, ("", str(exc))
     end = time.monotonic_ns()
     if failure is None or cut:
         reader.finish(cut=cut)
@@ -154,6 +124,13 @@ async def stream_request(
         reader.result.error_kind = kind or reader.result.error_kind
         reader.result.error = message
     return TimedStream(sent, end, status, reader.result)
+
+
+def _status_kind(status: int, message: str) -> str:
+    """A refusal's class: `context_length` for vLLM's over-long prompt 400, else http_<status>."""
+    if status == 400 and "maximum context length" in message:
+        return CONTEXT_LENGTH
+    return f"http_{status}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +147,7 @@ class JsonReply:
 
 
 async def request_json(
-    session: aiohttp.ClientSession,
+    transport: Transport,
     method: str,
     url: str,
     body: dict[str, Any] | None = None,
@@ -182,30 +159,29 @@ async def request_json(
     start = time.monotonic()
     status: int | None = None
     content_type = ""
+    payload = None if body is None else json.dumps(body).encode()
+    all_headers = dict(headers or {})
+    if payload is not None:
+        all_headers.setdefault("Content-Type", "application/json")
     try:
         async with asyncio.timeout(timeout_s):
-            async with session.request(method, url, json=body, headers=headers) as resp:
+            async with transport.send(method, url, body=payload, headers=all_headers) as resp:
                 status, content_type = resp.status, resp.content_type
                 raw = await resp.read()
     except TimeoutError:
         return JsonReply(
             status, None, time.monotonic() - start, TIMEOUT, f"no answer within {timeout_s:g} s"
         )
-    except aiohttp.ClientConnectorError as exc:
-        return JsonReply(None, None, time.monotonic() - start, CONNECT, str(exc))
-    except aiohttp.ClientError as exc:
-        return JsonReply(
-            status, None, time.monotonic() - start, "stream_cut", f"{type(exc).__name__}: {exc}"
-        )
+    except ConnectFailed as exc:
+        return JsonReply(None, None, time.monotonic() - start, CONNECT, exc.text)
+    except TransportError as exc:
+        return JsonReply(status, None, time.monotonic() - start, STREAM_CUT, str(exc))
     elapsed = time.monotonic() - start
     if status != 200:
         message = _error_message(raw)
-        kind = (
-            CONTEXT_LENGTH
-            if status == 400 and "maximum context length" in message
-            else f"http_{status}"
+        return JsonReply(
+            status, None, elapsed, _status_kind(status, message), message, content_type
         )
-        return JsonReply(status, None, elapsed, kind, message, content_type)
     try:
         doc = json.loads(raw) if raw else None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -10,48 +10,21 @@ gone, the members left in its group are the engine's own.
 from __future__ import annotations
 
 import contextlib
-import http.client
 import os
 import signal
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
+from servekit.client.probe import health as health
+from servekit.client.probe import served_models as served_models
 from servekit.errors import ConfigError, LaunchError
 from servekit.runtime.docker_cli import DOCKER_TIMEOUT_S, docker, is_gone, last_line
 from servekit.runtime.state import EngineState, group_alive, process_identity
 
-HEALTH_TIMEOUT_S = 2.0
 IDENTITY_TOLERANCE_S = 1.0
 """Creation times are wall-clock derived; a clock step moves them. A new process that
 takes the same pid within a second of the old one's start is not a real risk."""
-
-
-def health(url: str) -> int | None:
-    """`GET /health`'s status code, or None when nothing (or no HTTP server) answers."""
-    try:
-        # the URL is http(s), built from the profile's bind host and port
-        with urllib.request.urlopen(f"{url}/health", timeout=HEALTH_TIMEOUT_S) as response:  # noqa: S310
-            return int(response.status)
-    except urllib.error.HTTPError as exc:
-        return int(exc.code)
-    except (OSError, ValueError, http.client.HTTPException):
-        return None
-
-
-def served_models(url: str) -> list[dict[str, Any]]:
-    """`GET /v1/models`'s entries, or [] when it does not answer with the OpenAI shape."""
-    try:
-        with urllib.request.urlopen(f"{url}/v1/models", timeout=HEALTH_TIMEOUT_S) as response:  # noqa: S310
-            document = orjson.loads(response.read())
-    except (OSError, ValueError, http.client.HTTPException, orjson.JSONDecodeError):
-        return []
-    data = document.get("data") if isinstance(document, dict) else None
-    return [d for d in data if isinstance(d, dict)] if isinstance(data, list) else []
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,9 +15,9 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
 
-from servekit.client.download import fetch_bytes, is_http_url
+from servekit.client.download import fetch_bytes
+from servekit.client.urls import file_url_path, is_http_url, url_scheme
 from servekit.errors import ConfigError, Interrupted, ServekitError
 from servekit.profiles.schema import Profile
 from servekit.render.image import (
@@ -228,12 +228,12 @@ def run_docker_build(argv: Sequence[str], *, on_output: Callable[[str], None]) -
 
 
 def _local_path(url: str, cwd: Path) -> Path:
-    parts = urlsplit(url)
-    if parts.scheme == "file":
-        return Path(unquote(parts.path))
-    if parts.scheme and len(parts.scheme) > 1:
+    if (path := file_url_path(url)) is not None:
+        return Path(path)
+    scheme = url_scheme(url)
+    if scheme and len(scheme) > 1:
         raise ConfigError(
-            f"patch url {url!r} uses the unsupported scheme {parts.scheme}:",
+            f"patch url {url!r} uses the unsupported scheme {scheme}:",
             fix="use an http(s) URL or a local file path",
         )
     return cwd / Path(url).expanduser()

@@ -19,13 +19,13 @@ import fcntl
 import importlib.util
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from servekit.client.probe import port_in_use
 from servekit.errors import ConfigError, LaunchError
 from servekit.profiles.schema import Profile
 from servekit.render._container import host_path, image, multi_node_error, resource_name
@@ -188,7 +188,7 @@ def forget_stale(directory: Path, profile: Profile) -> None:
 
 def _refuse_busy_port(profile: Profile) -> None:
     host = reachable_host(profile)
-    with contextlib.suppress(OSError), socket.create_connection((host, profile.deploy.port), 0.5):
+    if port_in_use(host, profile.deploy.port):
         raise ConfigError(
             f"something already listens on {host}:{profile.deploy.port}",
             fix="stop it, or give this engine another port (--set deploy.port=N)",

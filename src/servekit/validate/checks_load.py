@@ -9,7 +9,6 @@ from collections import Counter
 from typing import Any
 
 from servekit.bench.scrape import scrape, server_block
-from servekit.client.http import request_json
 from servekit.kb.known_issues import Behaviour, known_issues, match_log_lines
 from servekit.validate.checks_basic import failed, thinking_on
 from servekit.validate.context import ChatAnswer, Context, Outcome
@@ -36,13 +35,8 @@ def _messages(text: str) -> list[dict[str, Any]]:
 
 
 async def _count(ctx: Context, text: str) -> int | None:
-    reply = await request_json(
-        ctx.session, "POST", f"{ctx.spec.base_url}/tokenize",
-        {"model": ctx.model, "messages": _messages(text)}, headers=ctx.spec.headers,
-        timeout_s=ctx.spec.check_timeout_s,
-    )  # fmt: skip
-    count = reply.doc.get("count") if isinstance(reply.doc, dict) else None
-    return count if isinstance(count, int) else None
+    body = {"model": ctx.model, "messages": _messages(text)}
+    return await ctx.server.tokenize(body, timeout_s=ctx.spec.check_timeout_s)
 
 
 def _needle_prompt(n_words: int) -> str:
@@ -214,7 +208,7 @@ async def check_spec_decode(ctx: Context) -> Outcome:
     greedy outputs identical to the reference server's."""
     if problem := await ladder_references(ctx, 4):  # traffic to measure (reused when present)
         return Outcome("fail", f"a greedy request failed: {problem}")
-    after = await scrape(ctx.session, ctx.spec.base_url)
+    after = await scrape(ctx.server)
     block = server_block(ctx.metrics_before, after, {})
     length = block.spec_acceptance_length
     per_position = block.spec_acceptance_per_position
@@ -235,8 +229,8 @@ async def check_spec_decode(ctx: Context) -> Outcome:
 async def _compare_reference(ctx: Context, detail: str, data: dict[str, Any]) -> Outcome:
     reference = ctx.spec.reference_url
     assert reference is not None
-    models = await request_json(ctx.session, "GET", f"{reference}/v1/models",
-                                headers=ctx.spec.headers, timeout_s=10.0)  # fmt: skip
+    other = ctx.server.at(reference)
+    models = await other.models(timeout_s=10.0)
     listed = models.doc.get("data") if isinstance(models.doc, dict) else None
     if not listed:
         return Outcome("fail", f"{detail}; the reference {reference} lists no model")
@@ -247,7 +241,7 @@ async def _compare_reference(ctx: Context, detail: str, data: dict[str, Any]) ->
         ctx.model = str(listed[0].get("id"))
         body = ctx.body(_messages(ladder_prompt(index)), chat_template_kwargs=kwargs)
         ctx.model = own_model
-        answer = await ctx.chat_stream(body, url=f"{reference}/v1/chat/completions")
+        answer = await ctx.chat_stream(body, at=other)
         if bad := failed(answer):
             return Outcome("fail", f"{detail}; the reference server failed: {bad.detail}")
         if answer.content != text:

@@ -1,4 +1,4 @@
-"""What every validate check shares (shell): the spec, the HTTP session, the transcript,
+"""What every validate check shares (shell): the spec, the server's endpoint, the transcript,
 the server facts learnt so far, and helpers that send one chat request and record it."""
 
 from __future__ import annotations
@@ -7,13 +7,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from servekit.bench.scrape import Snapshot
-from servekit.client.http import JsonReply, TimedStream, request_json, stream_request
+from servekit.client.endpoint import Endpoint
+from servekit.client.http import JsonReply, TimedStream
 from servekit.validate.transcript import Transcript
 
 Status = str  # "pass" | "fail" | "warn" | "skip"
+CHAT_PATH = "/v1/chat/completions"
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,18 +67,13 @@ class Context:
     """Shared state of one validate run."""
 
     spec: ValidateSpec
-    session: aiohttp.ClientSession
+    server: Endpoint  # spec.base_url with spec.headers
     transcript: Transcript
     model: str = ""
     max_model_len: int | None = None
     metrics_before: Snapshot | None = None
     references: dict[int, str] = field(default_factory=dict)  # ladder prompt -> greedy text
     check: str = ""  # the running check, for the transcript
-
-    @property
-    def chat_url(self) -> str:
-        """The chat completions endpoint."""
-        return f"{self.spec.base_url}/v1/chat/completions"
 
     def body(self, messages: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
         """A greedy chat request body for the served model."""
@@ -87,32 +82,25 @@ class Context:
 
     async def get(self, path: str, timeout_s: float = 10.0) -> JsonReply:
         """GET a JSON endpoint and record it."""
-        reply = await request_json(
-            self.session, "GET", self.spec.base_url + path, headers=self.spec.headers,
-            timeout_s=timeout_s,
-        )  # fmt: skip
+        reply = await self.server.get_json(path, timeout_s=timeout_s)
         self.transcript.add(self.check, path, None, reply.status, reply.doc or reply.error)
         return reply
 
     async def chat(self, body: dict[str, Any]) -> ChatAnswer:
         """Send a non-streaming chat request and reduce the answer."""
-        reply = await request_json(
-            self.session, "POST", self.chat_url, body, headers=self.spec.headers,
-            timeout_s=self.spec.check_timeout_s,
-        )  # fmt: skip
+        reply = await self.server.post_json(CHAT_PATH, body, timeout_s=self.spec.check_timeout_s)
         self.transcript.add(self.check, "/v1/chat/completions", body, reply.status,
                             reply.doc if reply.error_kind is None else reply.error)  # fmt: skip
         if reply.error_kind is not None:
             return _failed(reply.error_kind, reply.error or "")
         return answer_from_doc(reply.doc)
 
-    async def chat_stream(self, body: dict[str, Any], url: str | None = None) -> ChatAnswer:
-        """Send a streaming chat request (usage on the last chunk) and reduce the answer."""
+    async def chat_stream(self, body: dict[str, Any], at: Endpoint | None = None) -> ChatAnswer:
+        """Send a streaming chat request (usage on the last chunk) to this server (or to
+        `at`) and reduce the answer."""
         streamed = {**body, "stream": True, "stream_options": {"include_usage": True}}
-        timed = await stream_request(
-            self.session, url or self.chat_url, streamed, headers=self.spec.headers,
-            timeout_s=self.spec.check_timeout_s,
-        )  # fmt: skip
+        server = at or self.server
+        timed = await server.stream(CHAT_PATH, streamed, timeout_s=self.spec.check_timeout_s)
         answer = answer_from_stream(timed)
         self.transcript.add(self.check, "/v1/chat/completions (stream)", streamed, timed.status, {
             "content": answer.content, "reasoning": answer.reasoning,

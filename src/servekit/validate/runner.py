@@ -15,10 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from servekit.bench.scrape import scrape
-from servekit.client.http import timing_trace_config
+from servekit.client.endpoint import open_endpoint
+from servekit.client.transport import Transport
 from servekit.errors import UsageError
 from servekit.results.validate import (
     VALIDATE_VERSION,
@@ -98,16 +97,18 @@ async def run_checks(
     out: Path | None = None,
     secret: str | None = None,
     on_result: Callable[[CheckResult], None] = lambda _: None,
+    transport: Transport | None = None,
 ) -> list[CheckResult]:
-    """Run every selected check; `on_result` sees each result as it is decided."""
+    """Run every selected check; `on_result` sees each result as it is decided.
+
+    Requests go over `transport` when given (a test's fake server), else over servekit's
+    own HTTP session.
+    """
     results: list[CheckResult] = []
     with Transcript(out, secret) as transcript:
-        async with aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0), trace_configs=[timing_trace_config()],
-            timeout=aiohttp.ClientTimeout(total=None),
-        ) as session:  # fmt: skip
-            ctx = Context(spec, session, transcript)
-            ctx.metrics_before = await scrape(session, spec.base_url)
+        async with open_endpoint(spec.base_url, spec.headers, transport=transport) as server:
+            ctx = Context(spec, server, transcript)
+            ctx.metrics_before = await scrape(server)
             ctx.check = "discover"
             await basic.learn_model(ctx)  # every check needs the served name, even alone
             server_down = False
