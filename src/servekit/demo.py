@@ -135,9 +135,7 @@ def sweep(
         seed=7,
     )
     points = [PointSpec(f"c={c}", concurrency=c, requests=demo.requests(c)) for c in levels]
-    summary, stopped = run_bench(spec, points, out, version=__version__, profile=profile.name)
-    if stopped is not None:
-        raise stopped
+    summary = run_bench(spec, points, out, version=__version__, profile=profile.name)
     simulated = to_simulated_time(dict(summary), demo.time_scale)
     write_summary(out, simulated)
     write_summary_tables(out, simulated)

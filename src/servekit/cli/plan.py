@@ -8,7 +8,6 @@ import click
 
 from servekit.cli._output import (
     emit_json,
-    handles_errors,
     json_option,
     profiles_dir_option,
     set_option,
@@ -48,7 +47,6 @@ from servekit.units import GIB
 )
 @profiles_dir_option
 @json_option
-@handles_errors
 def plan_command(
     profile: str,
     overrides: tuple[str, ...],

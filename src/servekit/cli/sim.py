@@ -11,7 +11,6 @@ from servekit import __version__
 from servekit.bench.store import RecordWriter, write_summary
 from servekit.cli._output import (
     emit_json,
-    handles_errors,
     json_option,
     parse_numbers,
     profiles_dir_option,
@@ -46,7 +45,6 @@ def sim_group() -> None:
 @set_option
 @profiles_dir_option
 @json_option
-@handles_errors
 def run_command(
     profile_name: str,
     concurrency: str | None,

@@ -10,7 +10,6 @@ import yaml
 
 from servekit.cli._output import (
     emit_json,
-    handles_errors,
     json_option,
     profiles_dir_option,
     stdout_console,
@@ -62,7 +61,6 @@ def _load_points(run_dirs: tuple[Path, ...]) -> list[MeasuredPoint]:
 @click.option("--seed", type=int, default=0, show_default=True)
 @profiles_dir_option
 @json_option
-@handles_errors
 def fit_command(
     run_dirs: tuple[Path, ...],
     profile_name: str,

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from servekit.cli._output import handles_errors, json_option, profiles_dir_option, set_option
+from servekit.cli._output import json_option, profiles_dir_option, set_option
 from servekit.profiles import load_profile
 from servekit.sim.faults import ACCEPTED_FORMS, parse_faults
 from servekit.sim.server import serve
@@ -52,7 +52,6 @@ def _json_ready(line: str) -> None:
 @set_option
 @profiles_dir_option
 @json_option
-@handles_errors
 def serve_command(
     profile_name: str,
     host: str,

@@ -13,7 +13,6 @@ import click
 from servekit.bench.summary import redact_url
 from servekit.cli._output import (
     emit_json,
-    handles_errors,
     json_option,
     parse_numbers,
     profiles_dir_option,
@@ -49,7 +48,6 @@ from servekit.validate.runner import CheckResult, check_names, run_checks, valid
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
               help="Keep validate.json and transcripts.jsonl (API key redacted) here.")
 @json_option
-@handles_errors
 def validate_command(as_json: bool, out: Path | None, **opts: Any) -> None:
     # fmt: on
     """Check an endpoint is fit to serve: health, chat, reasoning, tools, long context, ladder."""

@@ -154,6 +154,10 @@ def _deep_merge(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, An
     return merged
 
 
+_YamlLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""libyaml's parser when PyYAML has it (ten times faster than the pure-Python one)."""
+
+
 def _read_yaml(path: Path) -> _Located:
     try:
         text = path.read_text(encoding="utf-8")
@@ -163,14 +167,17 @@ def _read_yaml(path: Path) -> _Located:
         raise ConfigError(
             f"{path}: not UTF-8 text (byte {exc.start})", fix="save the profile as UTF-8"
         ) from None
+    loader = _YamlLoader(text)  # one parse: the nodes keep line numbers, data is built from them
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
         problem = getattr(exc, "problem", None) or str(exc)
         raise ConfigError(f"{where}: invalid YAML: {problem}", fix="fix the syntax") from None
+    finally:
+        loader.dispose()
     if not isinstance(data, dict) or node is None:
         raise ConfigError(f"{path}: a profile must be a YAML mapping of keys to values")
     lines: dict[KeyPath, str] = {}
