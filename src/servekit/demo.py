@@ -89,7 +89,10 @@ def sim_server(profile: str, time_scale: float, faults: tuple[str, ...]) -> Iter
         try:
             url = str(json.loads(line)["url"])
         except (ValueError, KeyError):
-            raise SimulationError(f"the simulator for {profile} did not start") from None
+            raise SimulationError(
+                f"the simulator for {profile} did not start",
+                fix=f"run servekit sim serve --profile {profile} to see its error",
+            ) from None
         yield url
     finally:
         proc.terminate()
@@ -204,7 +207,8 @@ def run_demo(
             failed = [r for r in results if r.status == "fail"]
             raise ChecksFailed(
                 f"validate failed ({', '.join(r.name for r in failed)}): "
-                f"{failed[0].detail}; stopping before load testing"
+                f"{failed[0].detail}; stopping before load testing",
+                fix="fix the failed check (its known issue is named above), then run again",
             )
         say(f"sweep EAGLE3 on, temperature 0.7: concurrency {','.join(map(str, demo.concurrency))}")
         warm = sweep(url, on, demo.concurrency, 0.7, out / "eagle3-t0.7", demo)

@@ -196,7 +196,8 @@ def run_bench(
         except KeyboardInterrupt:
             _keep_partial(progress, "interrupted: the point did not finish")
             stopped = Interrupted(
-                "interrupted; records and the summary cover the requests that finished"
+                "interrupted; records and the summary cover the requests that finished",
+                fix="run the remaining points again to complete the sweep",
             )
         except Exception as exc:  # a bug: keep what finished, then let it surface
             _keep_partial(progress, f"stopped by an internal error: {type(exc).__name__}")

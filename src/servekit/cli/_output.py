@@ -60,7 +60,10 @@ def parse_numbers(text: str | None, kind: type[int] | type[float], flag: str) ->
     try:
         values = [kind(part) for part in text.split(",") if part.strip()]
     except ValueError:
-        raise UsageError(f"{flag} {text!r} is not a comma-separated list of numbers") from None
+        raise UsageError(
+            f"{flag} {text!r} is not a comma-separated list of numbers",
+            fix=f"e.g. {flag} 1,4,16",
+        ) from None
     if not values or any(not math.isfinite(v) or v <= 0 for v in values):
-        raise UsageError(f"{flag} {text!r} needs positive numbers, e.g. {flag} 1,4,16")
+        raise UsageError(f"{flag} {text!r} needs positive numbers", fix=f"e.g. {flag} 1,4,16")
     return values

@@ -71,7 +71,7 @@ def bench_command(as_json: bool, out: Path, slo: str | None, **opts: Any) -> Non
     # fmt: on
     """Load-test a server: exact streaming timing, per-request records, summary per point."""
     spec, points, prof = bench_inputs(opts)
-    objectives = parse_slo(slo) if slo else None
+    objectives = parse_slo(slo, name="--slo") if slo else None
     written: list[dict[str, object]] = []  # the summary, also when the sweep stops and raises
     try:
         with LiveProgress(enabled=not as_json) as live:

@@ -31,7 +31,7 @@ from servekit.sim.faults import parse_fault
 def demo_command(out: Path, quick: bool, faults: tuple[str, ...], as_json: bool) -> None:
     """Plan, render, launch the simulator, validate, sweep, compare EAGLE3 on/off, report."""
     for fault in faults:
-        parse_fault(fault)  # a bad fault is a usage error before anything starts
+        parse_fault(fault, name="--fault")  # a bad fault is a usage error before anything starts
 
     def say(line: str) -> None:
         click.echo(line, err=as_json)

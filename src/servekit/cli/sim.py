@@ -61,7 +61,10 @@ def run_command(
 ) -> None:
     """Simulate load points offline, far faster than real time."""
     if (concurrency is None) == (rate is None):
-        raise UsageError("give exactly one of --concurrency or --rate")
+        raise UsageError(
+            "give exactly one of --concurrency or --rate",
+            fix="e.g. --concurrency 1,4,16 (closed loop) or --rate 0.5,1,2 (open loop)",
+        )
     profile = load_profile(profile_name, extra_dirs=profiles_dirs, overrides=overrides)
     sim_input = profile.simulator.input_len if profile.simulator else None
     ilen = input_len or sim_input or profile.bench_defaults.input_len

@@ -37,7 +37,10 @@ def _load_points(run_dirs: tuple[Path, ...]) -> list[MeasuredPoint]:
             raise ConfigError(f"cannot read {path}: {exc}", fix="pass a run directory") from None
         points += measured_points(summary, where=str(path))
     if not points:
-        raise UsageError("the runs hold no closed-loop points to fit")
+        raise UsageError(
+            "the runs hold no closed-loop points to fit",
+            fix="pass runs of bench or sim run --concurrency (open-loop --rate points do not fit)",
+        )
     return points
 
 

@@ -68,7 +68,7 @@ def serve_command(
     Answers with max_tokens have exactly that many tokens (as with ignore_eos); a complete
     tool call ends early; without max_tokens an answer is 256 tokens and ends with "stop".
     """
-    faults = parse_faults(fault_values)
+    faults = parse_faults(fault_values, name="--fault")
     profile = load_profile(profile_name, extra_dirs=profiles_dirs, overrides=overrides)
     serve(
         profile,

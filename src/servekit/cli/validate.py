@@ -70,7 +70,12 @@ def validate_command(as_json: bool, out: Path | None, **opts: Any) -> None:
         stdout_console().print(checks_table(doc["checks"], title=title))
     if not doc["passed"]:
         failed = [c["name"] for c in doc["checks"] if c["status"] == "fail"]
-        raise ChecksFailed(f"validate failed: {', '.join(failed)}")
+        raise ChecksFailed(
+            f"validate failed: {', '.join(failed)}", fix="see each failed check's detail above"
+        )
+
+
+_EXAMPLE = '{"thinking_mode": "enabled"}'
 
 
 def _spec(opts: dict[str, Any]) -> ValidateSpec:
@@ -84,10 +89,11 @@ def _spec(opts: dict[str, Any]) -> ValidateSpec:
         try:
             thinking = json.loads(opts["thinking_kwargs"])
         except json.JSONDecodeError as exc:
-            raise UsageError(f"--thinking-kwargs is not JSON ({exc.msg})") from None
+            raise UsageError(f"--thinking-kwargs is not JSON ({exc.msg})",
+                             fix=f"quote it for the shell, e.g. '{_EXAMPLE}'") from None
         if not isinstance(thinking, dict):
-            raise UsageError('--thinking-kwargs must be a JSON object, '
-                             'e.g. {"thinking_mode": "enabled"}')
+            raise UsageError("--thinking-kwargs must be a JSON object",
+                             fix=f"e.g. {_EXAMPLE}")
     ladder = parse_numbers(opts["ladder"], int, "--ladder") if opts["ladder"] else (
         prof.validate_defaults.ladder if prof else [1, 2, 4, 8, 16])
     key = os.environ.get(opts["api_key_env"])

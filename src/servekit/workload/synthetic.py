@@ -49,8 +49,10 @@ def constant_arrivals(rate_rps: float, count: int) -> list[float]:
     return [(i + 1) / rate_rps for i in range(count)]
 
 
-def check_arrival(text: str) -> None:
+def check_arrival(text: str, *, name: str = "arrival process") -> None:
     """Accept `poisson`, `constant` or `gamma:SHAPE` with a positive finite SHAPE.
+
+    Errors quote the text after `name` (the CLI passes its flag, `--arrival`).
 
     Raises:
         UsageError: anything else.
@@ -64,6 +66,6 @@ def check_arrival(text: str) -> None:
     except ValueError:
         pass
     raise UsageError(
-        f"--arrival {text!r} is not poisson, constant or gamma:SHAPE",
+        f"{name} {text!r} is not poisson, constant or gamma:SHAPE",
         fix="SHAPE is a positive number, e.g. gamma:0.5",
     )
