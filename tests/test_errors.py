@@ -5,6 +5,13 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+from click.testing import CliRunner
+
+from servekit.analyze.summarize import parse_slo
+from servekit.cli.main import cli
+from servekit.errors import UsageError
+
 SRC = Path(__file__).resolve().parent.parent / "src" / "servekit"
 
 
@@ -83,3 +90,33 @@ def test_the_scanner_finds_a_raise_without_a_fix() -> None:
     )
     found = raises_without_fix({"errors.py": errors, "broken.py": broken})
     assert found == ["broken.py:4: TooBig", "broken.py:9: ServekitError"]
+
+
+def test_the_cli_prints_one_error_line_with_its_fix_and_exit_code() -> None:
+    """A ServekitError from any command becomes `servekit: error: message; fix` and its code."""
+    result = CliRunner().invoke(cli, ["bench", "--url", "http://127.0.0.1:9", "--out", "x"])
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr == (
+        "servekit: error: give exactly one of --concurrency or --rate; "
+        "e.g. --concurrency 1,4,16 (closed loop) or --rate 0.5,1,2 (open loop)\n"
+    )
+
+
+def test_failed_checks_shown_by_the_command_add_only_the_exit_code() -> None:
+    """`logs analyze` on a crash log exits 3 with its report on stdout and nothing on stderr."""
+    crash = Path(__file__).parent / "doctor" / "data" / "m3_v0251_illegal_memory_access.log"
+    result = CliRunner().invoke(cli, ["logs", "analyze", str(crash)])
+    assert result.exit_code == 3
+    assert "illegal memory access" in result.stdout
+    assert result.stderr == ""
+
+
+def test_a_flag_is_named_by_the_cli_and_not_by_the_core_parser() -> None:
+    """parse_slo names the value; `bench --slo` names the flag in the same message."""
+    with pytest.raises(UsageError, match=r"^SLO 'ttft_ms=0': ttft_ms must be positive"):
+        parse_slo("ttft_ms=0")
+    args = ["bench", "--url", "http://127.0.0.1:9", "--concurrency", "1", "--out", "x"]
+    result = CliRunner().invoke(cli, [*args, "--slo", "ttft_ms=0"])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("servekit: error: --slo 'ttft_ms=0': ttft_ms must be positive")
