@@ -59,7 +59,7 @@ def show_command(
 ) -> None:
     """Print the log of the engine `servekit up PROFILE` started (also: servekit logs PROFILE)."""
     _, state = known_engine(state_dir or default_state_dir(None), profile, profiles_dirs)
-    raise SystemExit(show_log(state, tail=tail, follow=follow, echo=click.echo))
+    click.get_current_context().exit(show_log(state, tail=tail, follow=follow, echo=click.echo))
 
 
 @logs_group.command("analyze")

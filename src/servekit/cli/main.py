@@ -88,8 +88,17 @@ class ServekitGroup(click.Group):
             raise click.exceptions.Exit(exc.exit_code) from None
 
 
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        from servekit import __version__  # read on use: the metadata lookup is not free
+
+        click.echo(f"servekit, version {__version__}")
+        ctx.exit()
+
+
 @click.group(cls=ServekitGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="servekit", prog_name="servekit")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True,
+              callback=_print_version, help="Show the version and exit.")  # fmt: skip
 def cli() -> None:
     """Plan, launch, validate and load-test LLMs served by vLLM."""
 
