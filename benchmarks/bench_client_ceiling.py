@@ -90,7 +90,7 @@ def servekit_rate(port: int, concurrency: int) -> tuple[float, bool]:
         spec = BenchSpec(
             f"http://127.0.0.1:{port}", "fast", "chat", 4, 256, 0.0, REQUESTS, warmup=0
         )
-        summary, _ = run_bench(
+        summary = run_bench(
             spec, [PointSpec(f"c={concurrency}", concurrency=concurrency)], Path(tmp),
             version="bench",
         )  # fmt: skip

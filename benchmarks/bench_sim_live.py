@@ -42,10 +42,9 @@ def live(url: str, concurrency: int, requests: int, out: Path) -> tuple[float, f
     spec = BenchSpec(
         url, "", "completions", INPUT_LEN, OUTPUT_LEN, TEMPERATURE, requests, warmup=0, seed=3
     )
-    summary, stopped = run_bench(
+    summary = run_bench(
         spec, [PointSpec(f"c={concurrency}", concurrency=concurrency)], out, version="bench"
     )
-    assert stopped is None
     point = summary.points[0]
     assert point.latency_s.mean is not None
     return point.output_throughput_tok_s, point.latency_s.mean

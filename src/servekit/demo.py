@@ -85,7 +85,10 @@ def sim_server(profile: str, time_scale: float, faults: tuple[str, ...]) -> Iter
         try:
             url = str(json.loads(line)["url"])
         except (ValueError, KeyError):
-            raise SimulationError(f"the simulator for {profile} did not start") from None
+            raise SimulationError(
+                f"the simulator for {profile} did not start",
+                fix=f"run servekit sim serve --profile {profile} to see its error",
+            ) from None
         yield url
     finally:
         proc.terminate()
@@ -131,9 +134,7 @@ def sweep(
         seed=7,
     )
     points = [PointSpec(f"c={c}", concurrency=c, requests=demo.requests(c)) for c in levels]
-    summary, stopped = run_bench(spec, points, out, version=__version__, profile=profile.name)
-    if stopped is not None:
-        raise stopped
+    summary = run_bench(spec, points, out, version=__version__, profile=profile.name)
     simulated = to_simulated_time(summary, demo.time_scale)
     write_summary(out, simulated)
     write_summary_tables(out, simulated)
@@ -203,7 +204,8 @@ def run_demo(
             failed = [r for r in results if r.status == "fail"]
             raise ChecksFailed(
                 f"validate failed ({', '.join(r.name for r in failed)}): "
-                f"{failed[0].detail}; stopping before load testing"
+                f"{failed[0].detail}; stopping before load testing",
+                fix="fix the failed check (its known issue is named above), then run again",
             )
         say(f"sweep EAGLE3 on, temperature 0.7: concurrency {','.join(map(str, demo.concurrency))}")
         warm = sweep(url, on, demo.concurrency, 0.7, out / "eagle3-t0.7", demo)

@@ -72,6 +72,15 @@ class Interrupted(ServekitError):
 
 
 class ChecksFailed(ServekitError):
-    """One or more checks ran and failed."""
+    """One or more checks ran and failed.
+
+    Attributes:
+        reported: the command's own output already shows what failed (a doctor or
+            status table), so the CLI adds no error line, only the exit code.
+    """
 
     exit_code = 3
+
+    def __init__(self, message: str, *, fix: str | None = None, reported: bool = False) -> None:
+        super().__init__(message, fix=fix)
+        self.reported = reported

@@ -89,7 +89,10 @@ def record_from_json(line: str, *, where: str = "record") -> RequestRecord:
     try:
         return _ADAPTER.validate_json(line)
     except ValidationError as exc:
-        raise RecordFormatError(f"{where}: not a valid request record ({exc})") from None
+        raise RecordFormatError(
+            f"{where}: not a valid request record ({exc})",
+            fix="pass records.jsonl as servekit bench or sim run wrote it",
+        ) from None
 
 
 _ADAPTER = TypeAdapter(RequestRecord)

@@ -431,25 +431,30 @@ def summary_document(
     )
 
 
-def parse_slo(text: str) -> Slo:
+def parse_slo(text: str, *, name: str = "SLO") -> Slo:
     """Parse `ttft_ms=500,tpot_ms=50,e2e_s=10` (any subset) into an Slo.
+
+    Errors quote the text after `name` (the CLI passes its flag, `--slo`).
 
     Raises:
         UsageError: an unknown key, or a value that is not a positive number.
     """
     known = {"ttft_ms", "tpot_ms", "e2e_s"}
+    example = "write e.g. ttft_ms=500,tpot_ms=50"
     values: dict[str, float] = {}
     for part in text.split(","):
         key, sep, raw = part.strip().partition("=")
         if not sep or key not in known:
             raise UsageError(
-                f"--slo {text!r}: {part.strip()!r} is not one of ttft_ms=, tpot_ms=, e2e_s=",
-                fix="write e.g. --slo ttft_ms=500,tpot_ms=50",
+                f"{name} {text!r}: {part.strip()!r} is not one of ttft_ms=, tpot_ms=, e2e_s=",
+                fix=example,
             )
         try:
             values[key] = float(raw)
         except ValueError:
-            raise UsageError(f"--slo {text!r}: {key} needs a number, got {raw!r}") from None
+            raise UsageError(
+                f"{name} {text!r}: {key} needs a number, got {raw!r}", fix=example
+            ) from None
         if values[key] <= 0:
-            raise UsageError(f"--slo {text!r}: {key} must be positive")
+            raise UsageError(f"{name} {text!r}: {key} must be positive", fix=example)
     return Slo(**values)

@@ -71,7 +71,9 @@ def read_records(run_dir: Path) -> list[RequestRecord]:
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
-        raise ServekitError(f"cannot read {path}: {exc.strerror}") from None
+        raise ServekitError(
+            f"cannot read {path}: {exc.strerror}", fix="pass a readable records.jsonl"
+        ) from None
     return [
         record_from_json(line, where=f"{path}:{number}")
         for number, line in enumerate(lines, start=1)
@@ -95,7 +97,10 @@ def read_summary(run: Path) -> Summary:
             fix="pass a run directory written by servekit bench or servekit sim run",
         ) from None
     except json.JSONDecodeError as exc:
-        raise ServekitError(f"{path} is not JSON ({exc.msg} at line {exc.lineno})") from None
+        raise ServekitError(
+            f"{path} is not JSON ({exc.msg} at line {exc.lineno})",
+            fix="re-run the bench or sim run that wrote it; it was cut or edited",
+        ) from None
     return load_summary(doc, where=str(path))
 
 

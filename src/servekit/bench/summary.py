@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime as dt
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -156,12 +156,17 @@ def run_bench(
     live: ProgressSink | None = None,
     profile: str | None = None,
     command: list[str] | None = None,
-) -> tuple[Summary, ServekitError | None]:
+    on_summary: Callable[[Summary], None] | None = None,
+) -> Summary:
     """Discover the server, run the points, write records, summary.json, .csv and .md.
 
     The model defaults to the server's first model. The summary of every finished point is
-    written even when the sweep stops early (dead server, Ctrl-C); the reason comes back as
-    the second value.
+    written even when the sweep stops early; `on_summary` sees it either way (the CLI prints
+    its table), and then a stopped sweep raises its reason.
+
+    Raises:
+        Interrupted: Ctrl-C; the records and summary cover the requests that finished.
+        EndpointError: the server went away or stopped answering during the sweep.
     """
     info = asyncio.run(discover(spec.base_url, spec.headers))
     if not spec.model:
@@ -187,7 +192,8 @@ def run_bench(
         except KeyboardInterrupt:
             _keep_partial(progress, "interrupted: the point did not finish")
             stopped = Interrupted(
-                "interrupted; records and the summary cover the requests that finished"
+                "interrupted; records and the summary cover the requests that finished",
+                fix="run the remaining points again to complete the sweep",
             )
         except Exception as exc:  # a bug: keep what finished, then let it surface
             _keep_partial(progress, f"stopped by an internal error: {type(exc).__name__}")
@@ -208,7 +214,11 @@ def run_bench(
     write_summary_tables(out, summary)
     if crash is not None:
         raise crash
-    return summary, stopped
+    if on_summary is not None:
+        on_summary(summary)
+    if stopped is not None:
+        raise stopped
+    return summary
 
 
 @contextlib.contextmanager

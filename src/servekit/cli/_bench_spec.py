@@ -34,15 +34,22 @@ def bench_inputs(opts: dict[str, Any]) -> tuple[BenchSpec, list[PointSpec], Prof
     if prof and concurrency is None and rate is None:
         concurrency = ",".join(str(c) for c in prof.bench_defaults.concurrency)
     if (concurrency is None) == (rate is None):
-        raise UsageError("give exactly one of --concurrency or --rate")
-    check_arrival(opts["arrival"])
+        raise UsageError(
+            "give exactly one of --concurrency or --rate",
+            fix="e.g. --concurrency 1,4,16 (closed loop) or --rate 0.5,1,2 (open loop)",
+        )
+    check_arrival(opts["arrival"], name="--arrival")
     try:
         kwargs = json.loads(opts["chat_template_kwargs"]) if opts["chat_template_kwargs"] else None
     except json.JSONDecodeError as exc:
-        raise UsageError(f"--chat-template-kwargs is not JSON ({exc.msg})") from None
+        raise UsageError(
+            f"--chat-template-kwargs is not JSON ({exc.msg})",
+            fix='quote it for the shell, e.g. \'{"thinking_mode": "enabled"}\'',
+        ) from None
     if kwargs is not None and not isinstance(kwargs, dict):
         raise UsageError(
-            '--chat-template-kwargs must be a JSON object, e.g. \'{"thinking_mode": "enabled"}\''
+            "--chat-template-kwargs must be a JSON object",
+            fix='e.g. \'{"thinking_mode": "enabled"}\'',
         )
     defaults = (
         (str(prof.bench_defaults.input_len), str(prof.bench_defaults.output_len))

@@ -1,49 +1,35 @@
-"""Console output and error handling shared by the CLI commands (shell).
+"""Console output, shared options and number lists for the CLI commands (shell).
 
 Machine output (--json) goes to stdout alone; human output through rich on stdout;
-diagnostics on stderr. ServekitError becomes one line on stderr and its exit code.
+diagnostics on stderr. A ServekitError becomes one line on stderr in `cli/main.py`.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import sys
 from collections.abc import Callable
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
 
-from servekit.errors import ServekitError, UsageError
+from servekit.errors import UsageError
 
-P = ParamSpec("P")
-R = TypeVar("R")
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def stdout_console() -> Console:
     """A rich console on stdout (plain text when stdout is not a terminal)."""
+    from rich.console import Console  # here: rich costs a cheap command's start-up
+
     return Console(file=sys.stdout, highlight=False, soft_wrap=True)
 
 
 def emit_json(document: object) -> None:
     """Write one JSON document to stdout."""
     click.echo(json.dumps(document, indent=2, ensure_ascii=False))
-
-
-def handles_errors(func: Callable[P, R]) -> Callable[P, R]:
-    """Turn a ServekitError into `servekit: error: ...` on stderr and its exit code."""
-
-    @functools.wraps(func)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return func(*args, **kwargs)
-        except ServekitError as exc:
-            click.echo(f"servekit: error: {exc}", err=True)
-            raise SystemExit(exc.exit_code) from None
-
-    return wrapper
 
 
 profiles_dir_option: Callable[[Callable[..., Any]], Callable[..., Any]] = click.option(
@@ -74,7 +60,10 @@ def parse_numbers(text: str | None, kind: type[int] | type[float], flag: str) ->
     try:
         values = [kind(part) for part in text.split(",") if part.strip()]
     except ValueError:
-        raise UsageError(f"{flag} {text!r} is not a comma-separated list of numbers") from None
+        raise UsageError(
+            f"{flag} {text!r} is not a comma-separated list of numbers",
+            fix=f"e.g. {flag} 1,4,16",
+        ) from None
     if not values or any(not math.isfinite(v) or v <= 0 for v in values):
-        raise UsageError(f"{flag} {text!r} needs positive numbers, e.g. {flag} 1,4,16")
+        raise UsageError(f"{flag} {text!r} needs positive numbers", fix=f"e.g. {flag} 1,4,16")
     return values

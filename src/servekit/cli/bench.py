@@ -14,13 +14,13 @@ from servekit.bench.summary import run_bench
 from servekit.cli._bench_spec import bench_inputs
 from servekit.cli._output import (
     emit_json,
-    handles_errors,
     json_option,
     profiles_dir_option,
     stdout_console,
 )
 from servekit.report.live import LiveProgress
 from servekit.report.tables import points_table
+from servekit.results.summary import Summary
 
 
 # fmt: off
@@ -68,21 +68,27 @@ from servekit.report.tables import points_table
               help="Environment variable holding the API key (never written anywhere).")
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path))
 @json_option
-@handles_errors
 def bench_command(as_json: bool, out: Path, slo: str | None, **opts: Any) -> None:
     # fmt: on
     """Load-test a server: exact streaming timing, per-request records, summary per point."""
     spec, points, prof = bench_inputs(opts)
-    objectives = parse_slo(slo) if slo else None
-    with LiveProgress(enabled=not as_json) as live:
-        summary, stopped = run_bench(
-            spec, points, out, version=__version__, slo=objectives, live=live,
-            profile=prof.name if prof else None, command=["servekit", *sys.argv[1:]],
-        )
+    objectives = parse_slo(slo, name="--slo") if slo else None
+    written: list[Summary] = []  # the summary, also when the sweep stops and raises
+    try:
+        with LiveProgress(enabled=not as_json) as live:
+            run_bench(
+                spec, points, out, version=__version__, slo=objectives, live=live,
+                profile=prof.name if prof else None, command=["servekit", *sys.argv[1:]],
+                on_summary=written.append,
+            )
+    finally:
+        if written:
+            _show(written[0], as_json)
+
+
+def _show(summary: Summary, as_json: bool) -> None:
     if as_json:
         emit_json(summary.as_json())
-    else:
-        title = f"bench {summary.target.url} ({summary.target.model})"
-        stdout_console().print(points_table(summary.points, title=title))
-    if stopped is not None:
-        raise stopped
+        return
+    title = f"bench {summary.target.url} ({summary.target.model})"
+    stdout_console().print(points_table(summary.points, title=title))

@@ -8,7 +8,7 @@ import click
 
 from servekit.analyze.compare import compare_runs, speculation_facts
 from servekit.bench.store import read_summary
-from servekit.cli._output import emit_json, handles_errors, json_option, stdout_console
+from servekit.cli._output import emit_json, json_option, stdout_console
 from servekit.errors import ServekitError
 from servekit.report.build import summary_profile
 from servekit.report.tables import compare_table
@@ -21,7 +21,6 @@ from servekit.results.compare import ComparedRuns
 @click.option("--per-stream-target", type=click.FloatRange(min=0, min_open=True),
               help="Per-stream tok/s target: highest concurrency meeting it.")  # fmt: skip
 @json_option
-@handles_errors
 def compare_command(
     run_a: Path, run_b: Path, per_stream_target: float | None, as_json: bool
 ) -> None:

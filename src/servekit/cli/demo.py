@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from servekit.cli._output import emit_json, handles_errors, json_option
+from servekit.cli._output import emit_json, json_option
 from servekit.demo import run_demo
 from servekit.sim.faults import parse_fault
 
@@ -28,11 +28,10 @@ from servekit.sim.faults import parse_fault
     help="Inject a simulator fault, e.g. crash-at-concurrency=2.",
 )
 @json_option
-@handles_errors
 def demo_command(out: Path, quick: bool, faults: tuple[str, ...], as_json: bool) -> None:
     """Plan, render, launch the simulator, validate, sweep, compare EAGLE3 on/off, report."""
     for fault in faults:
-        parse_fault(fault)  # a bad fault is a usage error before anything starts
+        parse_fault(fault, name="--fault")  # a bad fault is a usage error before anything starts
 
     def say(line: str) -> None:
         click.echo(line, err=as_json)

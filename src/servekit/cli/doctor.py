@@ -8,13 +8,13 @@ import click
 
 from servekit.cli._output import (
     emit_json,
-    handles_errors,
     json_option,
     profiles_dir_option,
     set_option,
     stdout_console,
 )
 from servekit.doctor.run import examine
+from servekit.errors import ChecksFailed
 from servekit.profiles import load_profile
 from servekit.report.doctor_view import print_doctor
 
@@ -40,7 +40,6 @@ RUNTIMES = ("docker", "process")
 @set_option
 @profiles_dir_option
 @json_option
-@handles_errors
 def doctor_command(
     profile: str,
     runtime: str,
@@ -62,4 +61,8 @@ def doctor_command(
     else:
         print_doctor(stdout_console(), result)
     if result.exit_code:
-        raise SystemExit(result.exit_code)
+        raise ChecksFailed(
+            f"doctor found problems with {prof.name}",
+            fix="address the findings above",
+            reported=True,
+        )

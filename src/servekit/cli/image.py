@@ -9,7 +9,6 @@ import click
 
 from servekit.cli._output import (
     emit_json,
-    handles_errors,
     json_option,
     profiles_dir_option,
     set_option,
@@ -45,7 +44,6 @@ def image_group() -> None:
 @set_option
 @profiles_dir_option
 @json_option
-@handles_errors
 def build_command(
     profile: str,
     dry_run: bool,

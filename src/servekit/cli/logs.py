@@ -14,13 +14,12 @@ import click
 from servekit.cli._engine import known_engine, state_dir_option
 from servekit.cli._output import (
     emit_json,
-    handles_errors,
     json_option,
     profiles_dir_option,
     stdout_console,
 )
 from servekit.doctor.log_analysis import analyze_log, log_analysis_to_json
-from servekit.errors import StartupLogError, UsageError
+from servekit.errors import ChecksFailed, StartupLogError, UsageError
 from servekit.hardware import lookup_gpu
 from servekit.report.log_view import print_analysis
 from servekit.runtime.follow import show_log
@@ -51,7 +50,6 @@ def logs_group() -> None:
 @click.option("-n", "--tail", type=click.IntRange(min=0), help="Print only the last N lines first.")
 @state_dir_option
 @profiles_dir_option
-@handles_errors
 def show_command(
     profile: str,
     follow: bool,
@@ -61,7 +59,7 @@ def show_command(
 ) -> None:
     """Print the log of the engine `servekit up PROFILE` started (also: servekit logs PROFILE)."""
     _, state = known_engine(state_dir or default_state_dir(None), profile, profiles_dirs)
-    raise SystemExit(show_log(state, tail=tail, follow=follow, echo=click.echo))
+    click.get_current_context().exit(show_log(state, tail=tail, follow=follow, echo=click.echo))
 
 
 @logs_group.command("analyze")
@@ -73,7 +71,6 @@ def show_command(
 )
 @click.option("--quantization", help="Checkpoint quantization (e.g. mxfp8), if known.")
 @json_option
-@handles_errors
 def analyze_command(file: Path, gpu: str | None, quantization: str | None, as_json: bool) -> None:
     """Read a vLLM log: startup figures, failure lines and the known issues they match.
 
@@ -98,4 +95,6 @@ def analyze_command(file: Path, gpu: str | None, quantization: str | None, as_js
     else:
         print_analysis(stdout_console(), analysis, str(file))
     if analysis.failed:
-        raise SystemExit(3)
+        raise ChecksFailed(
+            f"{file} holds a failure", fix="see the known issues above", reported=True
+        )

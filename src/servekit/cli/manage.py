@@ -10,11 +10,11 @@ from rich.markup import escape
 from servekit.cli._engine import known_engine, state_dir_option
 from servekit.cli._output import (
     emit_json,
-    handles_errors,
     json_option,
     profiles_dir_option,
     stdout_console,
 )
+from servekit.errors import ChecksFailed
 from servekit.runtime.control import engine_status, stop
 from servekit.runtime.state import remove_state
 from servekit.runtime.state import state_dir as default_state_dir
@@ -27,7 +27,6 @@ from servekit.runtime.state import state_dir as default_state_dir
 @state_dir_option
 @profiles_dir_option
 @json_option
-@handles_errors
 def down_command(
     profile: str, grace: float, state_dir: Path | None, profiles_dirs: tuple[str, ...],
     as_json: bool,
@@ -48,7 +47,6 @@ def down_command(
 @state_dir_option
 @profiles_dir_option
 @json_option
-@handles_errors
 def status_command(
     profile: str, state_dir: Path | None, profiles_dirs: tuple[str, ...], as_json: bool
 ) -> None:
@@ -72,4 +70,6 @@ def status_command(
         console.print(f"  {state.url}, up {minutes // 60}h{minutes % 60:02d}m{seconds:02d}s, "
                       f"log {escape(state.log_path)}")  # fmt: skip
     if not status["healthy"]:
-        raise SystemExit(3)
+        raise ChecksFailed(
+            f"{name} is not healthy", fix=f"see `servekit logs {name}`", reported=True
+        )

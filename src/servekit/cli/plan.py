@@ -8,7 +8,6 @@ import click
 
 from servekit.cli._output import (
     emit_json,
-    handles_errors,
     json_option,
     profiles_dir_option,
     set_option,
@@ -16,9 +15,9 @@ from servekit.cli._output import (
 )
 from servekit.errors import PlanError, StartupLogError
 from servekit.hardware import lookup_gpu
-from servekit.plan import make_plan, misfit_message, plan_inputs, plan_to_json
+from servekit.plan import make_plan, plan_inputs, plan_to_json
 from servekit.plan.checkpoint import architecture_from_config, read_checkpoint
-from servekit.plan.fit import NON_TORCH_INCREASE_BYTES
+from servekit.plan.fit import NON_TORCH_INCREASE_BYTES, misfit_parts
 from servekit.plan.reconcile import reconcile, reconcile_to_json
 from servekit.plan.startup_log import LogFailure, parse_startup_log
 from servekit.profiles import load_profile
@@ -49,7 +48,6 @@ from servekit.units import GIB
 )
 @profiles_dir_option
 @json_option
-@handles_errors
 def plan_command(
     profile: str,
     overrides: tuple[str, ...],
@@ -89,4 +87,5 @@ def plan_command(
     else:
         stdout_console().print(plan_view(plan, rows, failures, checkpoint))
     if not plan.fits:
-        raise PlanError(misfit_message(plan))
+        message, fix = misfit_parts(plan)
+        raise PlanError(message, fix=fix)

@@ -9,7 +9,6 @@ from rich.table import Table
 
 from servekit.cli._output import (
     emit_json,
-    handles_errors,
     json_option,
     profiles_dir_option,
     set_option,
@@ -28,7 +27,6 @@ def profiles_group() -> None:
 @profiles_group.command("list")
 @profiles_dir_option
 @json_option
-@handles_errors
 def list_command(profiles_dirs: tuple[str, ...], as_json: bool) -> None:
     """List every profile with its model, GPUs and engine image."""
     rows: list[dict[str, str]] = []
@@ -66,7 +64,6 @@ def list_command(profiles_dirs: tuple[str, ...], as_json: bool) -> None:
 @set_option
 @profiles_dir_option
 @json_option
-@handles_errors
 def show_command(
     name: str, overrides: tuple[str, ...], profiles_dirs: tuple[str, ...], as_json: bool
 ) -> None:

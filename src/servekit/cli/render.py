@@ -8,7 +8,6 @@ import click
 
 from servekit.cli._output import (
     emit_json,
-    handles_errors,
     json_option,
     profiles_dir_option,
     set_option,
@@ -36,7 +35,6 @@ from servekit.render import TARGETS, render, vllm_serve_command
 @set_option
 @profiles_dir_option
 @json_option
-@handles_errors
 def render_command(
     profile: str,
     target: str,

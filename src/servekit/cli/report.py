@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from servekit.cli._output import emit_json, handles_errors, json_option
+from servekit.cli._output import emit_json, json_option
 from servekit.report.build import write_report
 
 
@@ -20,7 +20,6 @@ from servekit.report.build import write_report
               help="Per-stream tok/s target line [the profile's bench target].")  # fmt: skip
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path))
 @json_option
-@handles_errors
 def report_command(
     runs: tuple[Path, ...],
     compare: tuple[Path, Path] | None,

@@ -11,7 +11,6 @@ from servekit import __version__
 from servekit.bench.store import RecordWriter, write_summary
 from servekit.cli._output import (
     emit_json,
-    handles_errors,
     json_option,
     parse_numbers,
     profiles_dir_option,
@@ -54,7 +53,6 @@ def sim_group() -> None:
 @set_option
 @profiles_dir_option
 @json_option
-@handles_errors
 def run_command(
     profile_name: str,
     concurrency: str | None,
@@ -72,7 +70,10 @@ def run_command(
 ) -> None:
     """Simulate load points offline, far faster than real time."""
     if (concurrency is None) == (rate is None):
-        raise UsageError("give exactly one of --concurrency or --rate")
+        raise UsageError(
+            "give exactly one of --concurrency or --rate",
+            fix="e.g. --concurrency 1,4,16 (closed loop) or --rate 0.5,1,2 (open loop)",
+        )
     check_arrival(arrival)
     profile = load_profile(profile_name, extra_dirs=profiles_dirs, overrides=overrides)
     sim_input = profile.simulator.input_len if profile.simulator else None

@@ -10,7 +10,6 @@ import yaml
 
 from servekit.cli._output import (
     emit_json,
-    handles_errors,
     json_option,
     profiles_dir_option,
     stdout_console,
@@ -38,7 +37,10 @@ def _load_points(run_dirs: tuple[Path, ...]) -> list[MeasuredPoint]:
             raise ConfigError(f"cannot read {path}: {exc}", fix="pass a run directory") from None
         points += measured_points(summary, where=str(path))
     if not points:
-        raise UsageError("the runs hold no closed-loop points to fit")
+        raise UsageError(
+            "the runs hold no closed-loop points to fit",
+            fix="pass runs of bench or sim run --concurrency (open-loop --rate points do not fit)",
+        )
     return points
 
 
@@ -62,7 +64,6 @@ def _load_points(run_dirs: tuple[Path, ...]) -> list[MeasuredPoint]:
 @click.option("--seed", type=int, default=0, show_default=True)
 @profiles_dir_option
 @json_option
-@handles_errors
 def fit_command(
     run_dirs: tuple[Path, ...],
     profile_name: str,

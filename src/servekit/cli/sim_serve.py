@@ -6,7 +6,7 @@ import json
 
 import click
 
-from servekit.cli._output import handles_errors, json_option, profiles_dir_option, set_option
+from servekit.cli._output import json_option, profiles_dir_option, set_option
 from servekit.profiles import load_profile
 from servekit.sim.faults import ACCEPTED_FORMS, parse_faults
 from servekit.sim.server import serve
@@ -52,7 +52,6 @@ def _json_ready(line: str) -> None:
 @set_option
 @profiles_dir_option
 @json_option
-@handles_errors
 def serve_command(
     profile_name: str,
     host: str,
@@ -69,7 +68,7 @@ def serve_command(
     Answers with max_tokens have exactly that many tokens (as with ignore_eos); a complete
     tool call ends early; without max_tokens an answer is 256 tokens and ends with "stop".
     """
-    faults = parse_faults(fault_values)
+    faults = parse_faults(fault_values, name="--fault")
     profile = load_profile(profile_name, extra_dirs=profiles_dirs, overrides=overrides)
     serve(
         profile,

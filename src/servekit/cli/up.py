@@ -10,7 +10,6 @@ import click
 from servekit.cli._engine import state_dir_option
 from servekit.cli._output import (
     emit_json,
-    handles_errors,
     json_option,
     profiles_dir_option,
     set_option,
@@ -47,7 +46,6 @@ from servekit.runtime.state import state_dir as default_state_dir
 @set_option
 @profiles_dir_option
 @json_option
-@handles_errors
 def up_command(
     profile: str, runtime: str, launcher: str, python: str, wait: bool, timeout: float | None,
     state_dir: Path | None, overrides: tuple[str, ...], profiles_dirs: tuple[str, ...],

@@ -13,7 +13,6 @@ import click
 from servekit.bench.summary import redact_url
 from servekit.cli._output import (
     emit_json,
-    handles_errors,
     json_option,
     parse_numbers,
     profiles_dir_option,
@@ -49,7 +48,6 @@ from servekit.validate.runner import CheckResult, check_names, run_checks, valid
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
               help="Keep validate.json and transcripts.jsonl (API key redacted) here.")
 @json_option
-@handles_errors
 def validate_command(as_json: bool, out: Path | None, **opts: Any) -> None:
     # fmt: on
     """Check an endpoint is fit to serve: health, chat, reasoning, tools, long context, ladder."""
@@ -71,7 +69,11 @@ def validate_command(as_json: bool, out: Path | None, **opts: Any) -> None:
         title = f"validate {redact_url(spec.base_url)}"
         stdout_console().print(checks_table(doc.checks, title=title))
     if not doc.passed:
-        raise ChecksFailed(f"validate failed: {', '.join(doc.failed())}")
+        failed = ", ".join(doc.failed())
+        raise ChecksFailed(f"validate failed: {failed}", fix="see each failed check's detail above")
+
+
+_EXAMPLE = '{"thinking_mode": "enabled"}'
 
 
 def _spec(opts: dict[str, Any]) -> ValidateSpec:
@@ -85,10 +87,11 @@ def _spec(opts: dict[str, Any]) -> ValidateSpec:
         try:
             thinking = json.loads(opts["thinking_kwargs"])
         except json.JSONDecodeError as exc:
-            raise UsageError(f"--thinking-kwargs is not JSON ({exc.msg})") from None
+            raise UsageError(f"--thinking-kwargs is not JSON ({exc.msg})",
+                             fix=f"quote it for the shell, e.g. '{_EXAMPLE}'") from None
         if not isinstance(thinking, dict):
-            raise UsageError('--thinking-kwargs must be a JSON object, '
-                             'e.g. {"thinking_mode": "enabled"}')
+            raise UsageError("--thinking-kwargs must be a JSON object",
+                             fix=f"e.g. {_EXAMPLE}")
     ladder = parse_numbers(opts["ladder"], int, "--ladder") if opts["ladder"] else (
         prof.validate_defaults.ladder if prof else [1, 2, 4, 8, 16])
     key = os.environ.get(opts["api_key_env"])

@@ -40,7 +40,10 @@ def _load() -> tuple[dict[str, GpuSpec], dict[str, str]]:
     try:
         catalog = _Catalog.model_validate(yaml.safe_load(text))
     except ValidationError as exc:  # a packaging defect, still reported clearly
-        raise ConfigError(f"GPU catalog gpus.yaml is invalid: {exc}") from None
+        raise ConfigError(
+            f"GPU catalog gpus.yaml is invalid: {exc}",
+            fix="reinstall servekit; the packaged catalog is damaged",
+        ) from None
     specs: dict[str, GpuSpec] = {}
     aliases: dict[str, str] = {}
     for name, entry in catalog.gpus.items():

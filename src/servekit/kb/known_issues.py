@@ -218,7 +218,10 @@ def knowledge_base() -> KnowledgeBase:
     try:
         return KnowledgeBase.model_validate(yaml.safe_load(text))
     except ValidationError as exc:
-        raise ConfigError(f"servekit's known_issues.yaml is invalid: {exc}") from None
+        raise ConfigError(
+            f"servekit's known_issues.yaml is invalid: {exc}",
+            fix="reinstall servekit; the packaged knowledge base is damaged",
+        ) from None
 
 
 def known_issues() -> tuple[KnownIssue, ...]:

@@ -212,6 +212,12 @@ def plan_warnings(plan: MemoryPlan) -> list[str]:
 
 def misfit_message(plan: MemoryPlan) -> str:
     """The one-line error for a plan that does not fit, naming the largest context that does."""
+    message, fix = misfit_parts(plan)
+    return f"{message}; {fix}"
+
+
+def misfit_parts(plan: MemoryPlan) -> tuple[str, str]:
+    """`misfit_message` as (what does not fit, how to make it fit)."""
     i = plan.inputs
     need = i.max_model_len * plan.kv_bytes_per_token
     have = max(plan.kv_cache_bytes, 0.0)
@@ -227,7 +233,8 @@ def misfit_message(plan: MemoryPlan) -> str:
     )
     return (
         f"max_model_len {i.max_model_len} needs {to_gib(need):.1f} GiB of KV cache per GPU but "
-        f"{to_gib(have):.1f} GiB is available; {fix} or {raise_what}"
+        f"{to_gib(have):.1f} GiB is available",
+        f"{fix} or {raise_what}",
     )
 
 

@@ -128,7 +128,10 @@ def _load_merged(path: Path, dirs: list[str | Path], chain: tuple[Path, ...]) ->
     if parent_name is None:
         return own
     if not isinstance(parent_name, str):
-        raise ConfigError(f"{extends_at}: extends must be a profile name or a .yaml path")
+        raise ConfigError(
+            f"{extends_at}: extends must be a profile name or a .yaml path",
+            fix="write e.g. extends: minimax-m3-mxfp8-8xa800",
+        )
     try:
         parent_path = (
             (path.parent / parent_name)
@@ -136,9 +139,12 @@ def _load_merged(path: Path, dirs: list[str | Path], chain: tuple[Path, ...]) ->
             else _resolve(parent_name, [path.parent, *dirs])
         )
         if not parent_path.is_file():
-            raise ProfileNotFound(f"profile file {str(parent_path)!r} does not exist")
+            raise ProfileNotFound(
+                f"profile file {str(parent_path)!r} does not exist",
+                fix="a .yaml path is relative to the profile's own directory",
+            )
     except ProfileNotFound as exc:
-        raise ConfigError(f"{extends_at}: extends: {exc}") from None
+        raise ConfigError(f"{extends_at}: extends: {exc.message}", fix=exc.fix) from None
     parent = _load_merged(parent_path, dirs, (*chain, resolved))
     return _Located(
         data=_deep_merge(parent.data, own.data),
@@ -156,25 +162,37 @@ def _deep_merge(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, An
     return merged
 
 
+_YamlLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""libyaml's parser when PyYAML has it (ten times faster than the pure-Python one)."""
+
+
 def _read_yaml(path: Path) -> _Located:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigError(f"cannot read profile {path}: {exc.strerror}") from None
+        raise ConfigError(
+            f"cannot read profile {path}: {exc.strerror}", fix="check the file's permissions"
+        ) from None
     except UnicodeDecodeError as exc:
         raise ConfigError(
             f"{path}: not UTF-8 text (byte {exc.start})", fix="save the profile as UTF-8"
         ) from None
+    loader = _YamlLoader(text)  # one parse: the nodes keep line numbers, data is built from them
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
         problem = getattr(exc, "problem", None) or str(exc)
         raise ConfigError(f"{where}: invalid YAML: {problem}", fix="fix the syntax") from None
+    finally:
+        loader.dispose()
     if not isinstance(data, dict) or node is None:
-        raise ConfigError(f"{path}: a profile must be a YAML mapping of keys to values")
+        raise ConfigError(
+            f"{path}: a profile must be a YAML mapping of keys to values",
+            fix="start from servekit profiles show NAME",
+        )
     lines: dict[KeyPath, str] = {}
     _collect_lines(node, (), path, lines)
     return _Located(data=data, lines=lines)
@@ -242,7 +260,8 @@ def _validate(located: _Located) -> Profile:
                     _set_path(located.data, path, raw)
                     retried = True
             if not retried:
-                raise ConfigError(_describe(exc, located)) from None
+                message, fix = _describe(exc, located)
+                raise ConfigError(message, fix=fix) from None
 
 
 def _set_path(data: dict[str, Any], path: KeyPath, value: object) -> None:
@@ -252,27 +271,28 @@ def _set_path(data: dict[str, Any], path: KeyPath, value: object) -> None:
     target[path[-1]] = value
 
 
-def _describe(exc: ValidationError, located: _Located) -> str:
+def _describe(exc: ValidationError, located: _Located) -> tuple[str, str]:
+    """The first validation problem as (message, fix), counting the others."""
     errors = exc.errors()
     first = errors[0]
     loc: KeyPath = tuple(first["loc"])
     dotted = ".".join(str(p) for p in loc)
     where = _where(loc, located)
+    more = len(errors) - 1
+    count = f" (+{more} more problem{'s' * (more > 1)})" if more else ""
     # a plain dataclass section (servekit.specs) reports an unknown key as an unexpected argument
     if first["type"] in {"extra_forbidden", "unexpected_keyword_argument"}:
         allowed = _allowed_keys(loc[:-1])
         close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
         fix = f"did you mean {close[0]}?" if close else f"allowed keys: {', '.join(allowed)}"
-        text = f"{where}: {dotted}: unknown key; {fix}"
-    elif first["type"] == "missing":
-        text = f"{where}: {dotted}: required key is missing; add it"
-    else:
-        message = str(first["msg"]).removeprefix("Value error, ")
-        value = first.get("input")
-        shown = "" if isinstance(value, dict | list) else f" (got {value!r})"
-        text = f"{where}: {dotted}: {message}{shown}" if dotted else f"{where}: {message}"
-    more = len(errors) - 1
-    return text + (f" (+{more} more problem{'s' * (more > 1)})" if more else "")
+        return f"{where}: {dotted}: unknown key{count}", fix
+    if first["type"] == "missing":
+        return f"{where}: {dotted}: required key is missing{count}", "add it"
+    message = str(first["msg"]).removeprefix("Value error, ")
+    value = first.get("input")
+    shown = "" if isinstance(value, dict | list) else f" (got {value!r})"
+    text = f"{where}: {dotted}: {message}{shown}" if dotted else f"{where}: {message}"
+    return text + count, f"correct {dotted} there" if dotted else "correct the profile"
 
 
 def _where(loc: KeyPath, located: _Located) -> str:

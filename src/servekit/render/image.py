@@ -118,7 +118,10 @@ def plan_image(
     warnings: list[str] = []
     for patch in engine.patches:
         if patch.name not in texts:
-            raise ConfigError(f"no text was given for patch {patch.name}")
+            raise ConfigError(
+                f"no text was given for patch {patch.name}",
+                fix="pass the text of every patch in engine.patches",
+            )
         result = filter_patch(patch.name, patch.url, texts[patch.name])
         if result.compiled:
             message = (

@@ -364,7 +364,10 @@ def _find_validate(paths: list[Path], given: Path | None) -> ValidateDocument | 
             try:
                 doc = json.loads(path.read_text(encoding="utf-8"))
             except json.JSONDecodeError as exc:
-                raise ServekitError(f"{path} is not JSON ({exc.msg})") from None
+                raise ServekitError(
+                    f"{path} is not JSON ({exc.msg})",
+                    fix="write it again with servekit validate --out DIR",
+                ) from None
             return load_validate(doc, where=str(path))
     if given is not None:
         raise ServekitError(f"no validate.json at {given}", fix="pass validate --out DIR's DIR")

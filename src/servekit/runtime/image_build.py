@@ -89,7 +89,10 @@ def read_patch(url: str, *, cwd: Path, timeout_s: float = DOWNLOAD_TIMEOUT_S) ->
                 "against the current directory) or an http(s) URL",
             ) from None
         except OSError as exc:
-            raise ConfigError(f"cannot read patch file {path}: {exc.strerror}") from None
+            raise ConfigError(
+                f"cannot read patch file {path}: {exc.strerror}",
+                fix="check engine.patches[].url and the file's permissions",
+            ) from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
@@ -210,7 +213,10 @@ def run_docker_build(argv: Sequence[str], *, on_output: Callable[[str], None]) -
             errors="replace",
         )
     except OSError as exc:
-        raise ServekitError(f"cannot run {argv[0]}: {exc.strerror or exc}") from None
+        raise ServekitError(
+            f"cannot run {argv[0]}: {exc.strerror or exc}",
+            fix="check that docker is installed and on PATH",
+        ) from None
     with process:
         assert process.stdout is not None  # stdout=PIPE
         try:
@@ -219,7 +225,10 @@ def run_docker_build(argv: Sequence[str], *, on_output: Callable[[str], None]) -
         except KeyboardInterrupt:
             process.terminate()
             process.wait()
-            raise Interrupted("docker build was interrupted; no image was tagged") from None
+            raise Interrupted(
+                "docker build was interrupted; no image was tagged",
+                fix="run servekit image build again; docker reuses its cached layers",
+            ) from None
     if process.returncode != 0:
         raise ServekitError(
             f"docker build exited with code {process.returncode}",

@@ -104,7 +104,10 @@ class Engine:
         rng: random.Random,
     ) -> None:
         if limits.num_speculative_tokens and acceptance is None:
-            raise SimulationError("speculative decoding needs acceptance probabilities")
+            raise SimulationError(
+                "speculative decoding needs acceptance probabilities",
+                fix="add simulator.acceptance to the profile",
+            )
         if model.num_gpu_blocks <= 0:
             raise SimulationError(
                 "the KV pool has no blocks", fix="give the profile memory for a KV cache"
@@ -138,7 +141,8 @@ class Engine:
         if request.prompt_tokens + request.max_tokens > self.model.max_model_len:
             raise SimulationError(
                 f"request {request.id} needs {request.prompt_tokens + request.max_tokens} "
-                f"tokens, over max_model_len {self.model.max_model_len}"
+                f"tokens, over max_model_len {self.model.max_model_len}",
+                fix="lower the input or output length",
             )
         request.prefill_target = request.prompt_tokens + request.output
         self.waiting.append(request)

@@ -1,4 +1,4 @@
-"""Injected faults of the live simulator (core): parse `--fault` values into one value.
+"""Injected faults of the live simulator (core): parse fault values into one value.
 
 Each fault reproduces a failure servekit must detect on a real deployment (DESIGN.md §1):
 
@@ -53,32 +53,34 @@ class Faults:
         return self.slow_start_s / 5
 
 
-def _bad(value: str, why: str) -> UsageError:
-    return UsageError(f"--fault {value!r}: {why}", fix=f"use one of: {', '.join(ACCEPTED_FORMS)}")
+def _bad(name: str, value: str, why: str) -> UsageError:
+    return UsageError(f"{name} {value!r}: {why}", fix=f"use one of: {', '.join(ACCEPTED_FORMS)}")
 
 
-def _positive_int(value: str, text: str) -> int:
+def _positive_int(name: str, value: str, text: str) -> int:
     try:
         number = int(text)
     except ValueError:
-        raise _bad(value, f"{text!r} is not a whole number") from None
+        raise _bad(name, value, f"{text!r} is not a whole number") from None
     if number < 1:
-        raise _bad(value, f"the concurrency must be at least 1, not {number}")
+        raise _bad(name, value, f"the concurrency must be at least 1, not {number}")
     return number
 
 
-def _float(value: str, text: str) -> float:
+def _float(name: str, value: str, text: str) -> float:
     try:
         number = float(text)
     except ValueError:
-        raise _bad(value, f"{text!r} is not a number") from None
+        raise _bad(name, value, f"{text!r} is not a number") from None
     if not math.isfinite(number):
-        raise _bad(value, f"{text!r} is not a finite number")
+        raise _bad(name, value, f"{text!r} is not a finite number")
     return number
 
 
-def parse_fault(value: str, faults: Faults | None = None) -> Faults:
-    """Return `faults` (default: none) with one more fault parsed from a `--fault` value.
+def parse_fault(value: str, faults: Faults | None = None, *, name: str = "fault") -> Faults:
+    """Return `faults` (default: none) with one more fault parsed from `value`.
+
+    Errors quote the value after `name` (the CLI passes its flag, `--fault`).
 
     Raises:
         UsageError: the value is not one of the accepted forms, or repeats a fault.
@@ -89,44 +91,44 @@ def parse_fault(value: str, faults: Faults | None = None) -> Faults:
     arg = arg.strip()
     if kind == "oom-at-startup":
         if sep:
-            raise _bad(value, "oom-at-startup takes no value")
+            raise _bad(name, value, "oom-at-startup takes no value")
         if faults.oom_at_startup:
-            raise _bad(value, "oom-at-startup is given twice")
+            raise _bad(name, value, "oom-at-startup is given twice")
         return replace(faults, oom_at_startup=True)
     if kind not in ("crash-at-concurrency", "corrupt-at-concurrency", "slow-start", "drop-stream"):
-        raise _bad(value, f"unknown fault {kind!r}")
+        raise _bad(name, value, f"unknown fault {kind!r}")
     if not arg:
-        raise _bad(value, f"{kind} needs a value after '='")
+        raise _bad(name, value, f"{kind} needs a value after '='")
     if kind == "slow-start":
-        seconds = _float(value, arg)
+        seconds = _float(name, value, arg)
         if seconds <= 0:
-            raise _bad(value, f"slow-start needs a positive number of seconds, not {arg}")
+            raise _bad(name, value, f"slow-start needs a positive number of seconds, not {arg}")
         current: object = faults.slow_start_s or None
         updated = replace(faults, slow_start_s=seconds)
     elif kind == "drop-stream":
-        p = _float(value, arg)
+        p = _float(name, value, arg)
         if not 0 < p <= 1:
-            raise _bad(value, f"drop-stream needs a probability P with 0 < P <= 1, not {arg}")
+            raise _bad(name, value, f"drop-stream needs a probability P with 0 < P <= 1, not {arg}")
         current = faults.drop_stream_p or None
         updated = replace(faults, drop_stream_p=p)
     elif kind == "crash-at-concurrency":
         current = faults.crash_at_concurrency
-        updated = replace(faults, crash_at_concurrency=_positive_int(value, arg))
+        updated = replace(faults, crash_at_concurrency=_positive_int(name, value, arg))
     else:
         current = faults.corrupt_at_concurrency
-        updated = replace(faults, corrupt_at_concurrency=_positive_int(value, arg))
+        updated = replace(faults, corrupt_at_concurrency=_positive_int(name, value, arg))
     if current is not None:
-        raise _bad(value, f"{kind} is given twice")
+        raise _bad(name, value, f"{kind} is given twice")
     return updated
 
 
-def parse_faults(values: Iterable[str]) -> Faults:
-    """Parse every `--fault` value into one `Faults`.
+def parse_faults(values: Iterable[str], *, name: str = "fault") -> Faults:
+    """Parse every fault value into one `Faults` (errors name the value after `name`).
 
     Raises:
         UsageError: a value is malformed or a fault is given twice.
     """
     faults = Faults()
     for value in values:
-        faults = parse_fault(value, faults)
+        faults = parse_fault(value, faults, name=name)
     return faults

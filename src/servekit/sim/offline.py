@@ -37,9 +37,15 @@ class LoadPoint:
 
     def __post_init__(self) -> None:
         if (self.concurrency is None) == (self.rate_rps is None):
-            raise SimulationError("a load point needs exactly one of concurrency or rate_rps")
+            raise SimulationError(
+                "a load point needs exactly one of concurrency or rate_rps",
+                fix="set concurrency for a closed loop or rate_rps for an open one",
+            )
         if self.requests <= 0 or self.input_len <= 0 or self.output_len <= 0:
-            raise SimulationError("requests, input_len and output_len must be positive")
+            raise SimulationError(
+                "requests, input_len and output_len must be positive",
+                fix="give each a count of at least 1",
+            )
 
 
 @dataclass(frozen=True, slots=True)

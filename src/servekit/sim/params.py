@@ -30,14 +30,21 @@ class AcceptanceParams:
 
     def __post_init__(self) -> None:
         if not self.points:
-            raise SimulationError("acceptance needs at least one temperature point")
+            raise SimulationError(
+                "acceptance needs at least one temperature point",
+                fix="add a temperature with its per-position probabilities",
+            )
         widths = {len(probs) for _, probs in self.points}
         if len(widths) != 1:
-            raise SimulationError("every acceptance point needs the same number of positions")
+            raise SimulationError(
+                "every acceptance point needs the same number of positions",
+                fix="give each temperature num_speculative_tokens probabilities",
+            )
         for temperature, probs in self.points:
             if any(not 0 <= p <= 1 for p in probs):
                 raise SimulationError(
-                    f"acceptance probabilities at temperature {temperature} must be in [0, 1]"
+                    f"acceptance probabilities at temperature {temperature} must be in [0, 1]",
+                    fix="write each probability as a fraction, e.g. 0.8",
                 )
 
     def probabilities(self, temperature: float) -> tuple[float, ...]:

@@ -196,7 +196,8 @@ def choose_tool(
                 return tool
         names = ", ".join(t.name for t in tools)
         raise SimulationError(
-            f"tool_choice names {tool_choice!r}, which is not among the tools ({names})"
+            f"tool_choice names {tool_choice!r}, which is not among the tools ({names})",
+            fix="name one of the request's tools, or use auto, required or none",
         )
     last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=-1)
     if tool_choice != "required" and any(m.role == "tool" for m in messages[last_user + 1 :]):
@@ -365,7 +366,10 @@ def plan_answer(request: AnswerRequest) -> Answer:
     else:
         budget = min(request.context_left, max(request.default_tokens, request.min_tokens))
     if budget < 1:
-        raise SimulationError("the answer has no room for a single token")
+        raise SimulationError(
+            "the answer has no room for a single token",
+            fix="shorten the prompt or raise max_model_len",
+        )
     seed = stable_seed(request.prompt)
     if request.temperature > 0:
         seed = stable_seed(request.prompt, str(request.seed), repr(request.temperature))

@@ -76,25 +76,34 @@ def parse_jsonl(text: str, where: str) -> list[PromptItem]:
         try:
             row: Any = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise UsageError(f"{where}:{number}: not JSON ({exc.msg})") from None
+            raise UsageError(
+                f"{where}:{number}: not JSON ({exc.msg})", fix="write one JSON object per line"
+            ) from None
         items.append(_item(row, f"{where}:{number}"))
     if not items:
-        raise UsageError(f"{where} holds no prompts")
+        raise UsageError(f"{where} holds no prompts", fix='write lines like {"prompt": "..."}')
     return items
 
 
 def _item(row: Any, where: str) -> PromptItem:
     if not isinstance(row, dict):
-        raise UsageError(f"{where}: each line must be a JSON object")
+        raise UsageError(
+            f"{where}: each line must be a JSON object", fix='e.g. {"prompt": "Hello"}'
+        )
     out = row.get("output_len", row.get("max_tokens"))
     if out is not None and (not isinstance(out, int) or out <= 0):
-        raise UsageError(f"{where}: output_len must be a positive integer")
+        raise UsageError(
+            f"{where}: output_len must be a positive integer", fix='e.g. "output_len": 128'
+        )
     if isinstance(row.get("prompt"), str) and row["prompt"]:
         return PromptItem(prompt=row["prompt"], output_len=out)
     messages = row.get("messages")
     if isinstance(messages, list) and messages and all(isinstance(m, dict) for m in messages):
         return PromptItem(messages=tuple(messages), output_len=out)
-    raise UsageError(f"{where}: needs a non-empty 'prompt' string or a 'messages' list")
+    raise UsageError(
+        f"{where}: needs a non-empty 'prompt' string or a 'messages' list",
+        fix='e.g. {"messages": [{"role": "user", "content": "Hello"}]}',
+    )
 
 
 def parse_sharegpt(text: str, where: str) -> list[PromptItem]:
@@ -102,9 +111,15 @@ def parse_sharegpt(text: str, where: str) -> list[PromptItem]:
     try:
         rows: Any = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise UsageError(f"{where}: not JSON ({exc.msg} at line {exc.lineno})") from None
+        raise UsageError(
+            f"{where}: not JSON ({exc.msg} at line {exc.lineno})",
+            fix="pass the ShareGPT file as downloaded, or a JSONL file of prompts",
+        ) from None
     if not isinstance(rows, list):
-        raise UsageError(f"{where}: a ShareGPT file is a JSON list of conversations")
+        raise UsageError(
+            f"{where}: a ShareGPT file is a JSON list of conversations",
+            fix='e.g. [{"conversations": [{"from": "human", "value": "..."}]}]',
+        )
     items = []
     for row in rows:
         turns = row.get("conversations") if isinstance(row, dict) else None
@@ -120,7 +135,10 @@ def parse_sharegpt(text: str, where: str) -> list[PromptItem]:
                 items.append(PromptItem(prompt=prompt, output_len=max(1, len(answer.split()))))
             break
     if not items:
-        raise UsageError(f"{where} holds no human/gpt conversation pairs")
+        raise UsageError(
+            f"{where} holds no human/gpt conversation pairs",
+            fix="each conversation needs a human turn followed by a gpt turn",
+        )
     return items
 
 

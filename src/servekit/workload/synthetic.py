@@ -66,8 +66,10 @@ def arrival_offsets(arrival: str, rate_rps: float, count: int, rng: random.Rando
     return poisson_arrivals(rate_rps, count, rng)
 
 
-def check_arrival(text: str) -> None:
+def check_arrival(text: str, *, name: str = "arrival process") -> None:
     """Accept `poisson`, `constant` or `gamma:SHAPE` with a positive finite SHAPE.
+
+    Errors quote the text after `name` (the CLI passes its flag, `--arrival`).
 
     Raises:
         UsageError: anything else.
@@ -81,6 +83,6 @@ def check_arrival(text: str) -> None:
     except ValueError:
         pass
     raise UsageError(
-        f"--arrival {text!r} is not poisson, constant or gamma:SHAPE",
+        f"{name} {text!r} is not poisson, constant or gamma:SHAPE",
         fix="SHAPE is a positive number, e.g. gamma:0.5",
     )

@@ -17,7 +17,10 @@ def parse_tools(text: str, where: str) -> tuple[dict[str, Any], ...]:
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise UsageError(f"--tools {where}: not JSON ({exc.msg} at line {exc.lineno})") from None
+        raise UsageError(
+            f"--tools {where}: not JSON ({exc.msg} at line {exc.lineno})",
+            fix='write [{"type": "function", "function": {"name": "...", "parameters": {...}}}]',
+        ) from None
     if not isinstance(doc, list) or not doc or not all(_is_tool(t) for t in doc):
         raise UsageError(
             f"--tools {where}: expected a non-empty JSON list of function tools",

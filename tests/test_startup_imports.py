@@ -1,0 +1,87 @@
+"""Start-up stays cheap: the CLI and its cheap commands never import the heavy libraries."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from servekit.cli.main import COMMANDS, cli
+
+SRC = Path(__file__).resolve().parent.parent / "src"
+HEAVY = ("matplotlib", "aiohttp", "numpy")
+PROBE = """
+import json, runpy, sys
+{before}
+sys.argv = ["servekit", *json.loads(sys.argv[1])]
+code = 0
+try:
+    runpy.run_module("servekit", run_name="__main__")
+except SystemExit as exc:
+    code = exc.code or 0
+heavy = [name for name in {heavy!r} if name in sys.modules]
+print("\\nPROBE " + json.dumps({{"code": code, "heavy": heavy}}))
+"""
+
+
+def probe(args: list[str], before: str = "") -> dict[str, object]:
+    """Run `servekit ARGS` in a fresh interpreter; its exit code and heavy modules loaded.
+
+    `before` is Python run first (the probe's own test imports a heavy module with it).
+    """
+    env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE.format(heavy=HEAVY, before=before), json.dumps(args)],
+        capture_output=True, text=True, env=env, timeout=60, check=True,
+    )  # fmt: skip
+    line = done.stdout.rsplit("PROBE ", 1)[-1]
+    result: dict[str, object] = json.loads(line)
+    return result
+
+
+def test_importing_the_cli_imports_no_heavy_library() -> None:
+    """`import servekit.cli.main` in a fresh process leaves matplotlib, aiohttp, numpy out."""
+    code = f"import sys, servekit.cli.main; print([m for m in {HEAVY!r} if m in sys.modules])"
+    env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    )
+    assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--help"], ["profiles", "list"], ["render", "minimax-m3-mxfp8-8xa800", "--target", "vllm"]],
+)
+def test_cheap_commands_import_no_heavy_library(args: list[str]) -> None:
+    """--help, profiles list and render succeed without importing any heavy library."""
+    assert probe(args) == {"code": 0, "heavy": []}
+
+
+def test_the_probe_sees_a_heavy_import() -> None:
+    """The probe itself works: a heavy module imported in the process is reported."""
+    assert probe(["--help"], before="import numpy") == {"code": 0, "heavy": ["numpy"]}
+
+
+def test_the_command_table_matches_each_command() -> None:
+    """Each listed name resolves to that command, and its summary is the help's first paragraph."""
+    ctx = click.Context(cli)
+    for name, entry in COMMANDS.items():
+        command = cli.get_command(ctx, name)
+        assert command is not None
+        assert command.name == name
+        first = (command.help or "").split("\n\n")[0]
+        assert entry.summary == " ".join(first.split()), name
+
+
+def test_an_unknown_command_is_a_usage_error() -> None:
+    """A name outside the table is click's usual error, exit 2."""
+    result = CliRunner().invoke(cli, ["nonesuch"])
+    assert result.exit_code == 2
+    assert "No such command 'nonesuch'" in result.output
