@@ -1,15 +1,15 @@
-"""servekit bench and vLLM's own `vllm bench serve` agree on one workload (issue #6).
+"""servekit bench and vLLM's own `vllm bench serve` agree on one workload (issues #6, #13).
 
 The protocol (tests/engine/agreement.py): the tiny target on a server pinned to one core
 with prefix caching off, each client pinned to the other core, 1024-token prompts (as the
 server counts vLLM's random prompts) and 64 tokens out, open loop at 3 requests/s with
-near-constant arrivals, six rounds of 60 requests with the tools' order alternating;
-output throughput and mean TTFT are pooled over the rounds, and each tool's TTFT is also set
-against the engine's own `vllm:time_to_first_token_seconds` histogram for its requests.
-Measured with four rounds (benchmarks/README.md): pooled throughput 1.018-1.022, TTFT
-0.921-0.998 (the spread is the engine's, not the clients': each client's TTFT stays 4-5 ms
-above the engine's histogram), single rounds up to 10% apart; six rounds keep the pooled
-figures further from the 10% bound.
+near-constant arrivals, six rounds of 60 requests with the tools' order alternating.
+Asserted: output throughput pooled over the rounds within 10%, and each tool's mean TTFT
+set against the engine's own `vllm:time_to_first_token_seconds` histogram for its requests:
+both offsets positive, servekit's no larger than vLLM's tool's plus MARGIN_MS. A ratio of
+mean TTFTs is not asserted: the clients' offset is a fixed 3-6 ms (HTTP and the API
+server's output path) while the engine's own TTFT moves 10-20% between rounds, so a 10%
+bound on the ratio was a coin flip (2 of 2 fresh-clone runs failed at +11.6%).
 """
 
 from __future__ import annotations
@@ -31,6 +31,11 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / ".artifacts" / "engine"
 LOAD = Load(requests=60, input_len=1024, output_len=64, rate=3.0)
 ROUNDS = 6
 BOUND = 0.10
+# servekit's TTFT offset over the engine's histogram may exceed vLLM's tool's by this much.
+# Measured (benchmarks/README.md): per round, servekit's offset minus vLLM's tool's scatters
+# with a standard deviation of 0.5 ms (0.2 ms pooled over six rounds); the pooled difference
+# was -0.46 ms (six rounds, 2026-12-01), -0.1 and -0.5 ms (four rounds each, 2026-11-30).
+# The margin is the largest seen plus four standard errors (-0.1 + 0.8), rounded up: 1 ms.
 MARGIN_MS = 1.0
 
 

@@ -391,11 +391,15 @@ def self_check(model, tok):
     print(f"self-check OK ({len(cases)} cases, min top1-top2 logit margin {min_margin:.2f})")
 
 
+EXTRA_ROUNDS = 2  # at most this many more rounds of training when the self-check fails
+EXTRA_STEPS = 200
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("out_dir")
     ap.add_argument("--kind", choices=["target", "draft-rand"], default="target")
-    ap.add_argument("--steps", type=int, default=250)
+    ap.add_argument("--steps", type=int, default=400)
     args = ap.parse_args()
     train = args.kind == "target"
     seed = 0 if train else 1
@@ -417,13 +421,24 @@ def main() -> None:
     model = LlamaForCausalLM(cfg)
     if train:
         fit(model, tok, random.Random(seed), args.steps)
-    model.eval()
+    # The recipe is seeded, but what a seed trains depends on the library versions (250
+    # steps passed in earlier CI runs and, with transformers 5.19.0, missed one tool-call
+    # case): train on while the self-check fails, a bounded number of extra rounds.
+    for extra in range(EXTRA_ROUNDS + 1):
+        model.eval()
+        try:
+            if train:
+                self_check(model, tok)
+            break
+        except AssertionError:
+            if extra == EXTRA_ROUNDS:
+                raise
+            print(f"self-check failed; training {EXTRA_STEPS} more steps")
+            fit(model, tok, random.Random(seed + 1 + extra), EXTRA_STEPS)
     model.generation_config.do_sample = False
     for key in ("temperature", "top_p", "top_k"):  # vLLM takes these as default sampling
         setattr(model.generation_config, key, None)
     model.save_pretrained(args.out_dir, safe_serialization=True)
-    if train:
-        self_check(model, tok)
     print(json.dumps({"kind": args.kind, "seconds": round(time.time() - t0, 1),
                       "params": sum(p.numel() for p in model.parameters())}))  # fmt: skip
 
