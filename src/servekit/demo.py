@@ -56,7 +56,7 @@ class DemoPlan:
 
 
 FULL = DemoPlan((1, 2, 3, 4, 8, 16, 128), (1, 2, 3, 4), 16, 0.1)
-QUICK = DemoPlan((1, 4, 8, 16, 128), (2, 3, 4), 6, 0.1)
+QUICK = DemoPlan((1, 4, 8, 16, 128), (2, 3, 4), 16, 0.1)
 
 
 @contextmanager

@@ -1,6 +1,7 @@
 """The points table's one column spec (core): what each column shows and how, for every view.
 
-A run's points appear in three places: the brief table printed by `bench` and `sim run`
+A run's points appear as a table in three places (summary.csv, beside them, lists every
+figure as data): the brief table printed by `bench` and `sim run`
 (terminal), the same table in `summary.md` (Markdown), and the fuller per-load table of
 `servekit report` (HTML and report.md). Each column is declared once here, with how its
 value is read from a summary point and how each view formats it; the views only lay the cells out.
@@ -47,7 +48,8 @@ def _brief_load(point: Point) -> str:
     return f"{point.rate_rps} req/s"
 
 
-def _report_load(point: Point) -> str:
+def report_load(point: Point) -> str:
+    """A point's load as the report names it: `c=4` or `rate=0.5`."""
     if point.concurrency is not None:
         return f"c={point.concurrency}"
     return f"rate={point.rate_rps}"
@@ -106,7 +108,7 @@ POINT_COLUMNS: tuple[PointColumn, ...] = (
         {
             "terminal": Shown("load", _brief_load),
             "markdown": Shown("load", _brief_load),
-            "report": Shown("load", _report_load),
+            "report": Shown("load", report_load),
         },
     ),
     _column(

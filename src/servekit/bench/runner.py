@@ -135,8 +135,8 @@ async def _sample_gauges(
     samples: list[list[float]],
     every_s: float = SAMPLE_EVERY_S,
 ) -> None:
-    """Scrape /metrics every 0.25 s: gauge maxima, and (seconds since the point started,
-    KV usage, running, waiting) samples for plots over time."""
+    """Scrape /metrics every `every_s` (`--metrics-interval`): gauge maxima, and (seconds
+    since the point started, KV usage, running, waiting) samples for plots over time."""
     start = time.monotonic()
     while not stop.is_set() and every_s > 0:
         snap = await scrape(endpoint)
@@ -362,12 +362,18 @@ async def _run_point(
         [lag for load in loads for lag in load.send_lags_ms],
         max(load.cpu_util for load in loads),
     )
-    if pool is not None:
-        figures["workers"] = len(loads)
     server = server_block(before, after, maxima).model_copy(update={"samples": samples})
     warnings = _length_warnings(short) + warnings
     warnings += _token_mismatch(records, server.generation_tokens)
-    client = ClientBlock.model_validate({"valid": not warnings, "warnings": warnings, **figures})
+    client = ClientBlock(
+        valid=not warnings,
+        warnings=warnings,
+        loop_lag_ms_p99=figures["loop_lag_ms_p99"],
+        send_lag_ms_p99=figures["send_lag_ms_p99"],
+        cpu_util=figures["cpu_util"],
+    )
+    if pool is not None:  # only a pooled run says how many processes sent the load
+        client = client.model_copy(update={"workers": len(loads)})
     return PointOutcome(point, records, server, warnings, client)
 
 

@@ -28,7 +28,7 @@ class BenchSpec:
     requests_per_point: int = 64
     warmup: int = 0
     seed: int = 0
-    headers: dict[str, str] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict, repr=False)  # holds the API key
     chat_template_kwargs: dict[str, Any] | None = None
     timeout_s: float = 600.0
     input_dist: LengthSpec | None = None  # overrides input_len when set

@@ -8,11 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from servekit.bench.spec import BenchSpec, PointSpec
-from servekit.cli._output import parse_numbers
+from servekit.cli._output import check_load_options, parse_numbers
 from servekit.errors import UsageError
 from servekit.profiles import Profile, load_profile
 from servekit.workload.datasets import load_dataset_text, parse_length
-from servekit.workload.synthetic import check_arrival
 from servekit.workload.tools import parse_tools
 
 
@@ -33,12 +32,7 @@ def bench_inputs(opts: dict[str, Any]) -> tuple[BenchSpec, list[PointSpec], Prof
     concurrency, rate = opts["concurrency"], opts["rate"]
     if prof and concurrency is None and rate is None:
         concurrency = ",".join(str(c) for c in prof.bench_defaults.concurrency)
-    if (concurrency is None) == (rate is None):
-        raise UsageError(
-            "give exactly one of --concurrency or --rate",
-            fix="e.g. --concurrency 1,4,16 (closed loop) or --rate 0.5,1,2 (open loop)",
-        )
-    check_arrival(opts["arrival"], name="--arrival")
+    check_load_options(concurrency, rate, opts["arrival"])
     try:
         kwargs = json.loads(opts["chat_template_kwargs"]) if opts["chat_template_kwargs"] else None
     except json.JSONDecodeError as exc:

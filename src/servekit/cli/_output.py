@@ -67,3 +67,16 @@ def parse_numbers(text: str | None, kind: type[int] | type[float], flag: str) ->
     if not values or any(not math.isfinite(v) or v <= 0 for v in values):
         raise UsageError(f"{flag} {text!r} needs positive numbers", fix=f"e.g. {flag} 1,4,16")
     return values
+
+
+def check_load_options(concurrency: str | None, rate: str | None, arrival: str) -> None:
+    """bench's and sim run's load: exactly one of --concurrency and --rate, and an arrival
+    process spelled as `workload.synthetic` takes it."""
+    from servekit.workload.synthetic import check_arrival
+
+    if (concurrency is None) == (rate is None):
+        raise UsageError(
+            "give exactly one of --concurrency or --rate",
+            fix="e.g. --concurrency 1,4,16 (closed loop) or --rate 0.5,1,2 (open loop)",
+        )
+    check_arrival(arrival, name="--arrival")

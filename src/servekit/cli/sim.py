@@ -10,6 +10,7 @@ import click
 from servekit import __version__
 from servekit.bench.store import RecordWriter, write_summary
 from servekit.cli._output import (
+    check_load_options,
     emit_json,
     json_option,
     parse_numbers,
@@ -19,14 +20,12 @@ from servekit.cli._output import (
 )
 from servekit.cli.sim_fit import fit_command
 from servekit.cli.sim_serve import serve_command
-from servekit.errors import UsageError
 from servekit.profiles import load_profile
 from servekit.report.tables import points_table
 from servekit.results.summary import Workload
 from servekit.sim.build import build_engine
 from servekit.sim.offline import LoadPoint
 from servekit.sim.sweep import simulate_sweep, sweep_summary
-from servekit.workload.synthetic import check_arrival
 
 
 @click.group("sim")
@@ -69,12 +68,7 @@ def run_command(
     as_json: bool,
 ) -> None:
     """Simulate load points offline, far faster than real time."""
-    if (concurrency is None) == (rate is None):
-        raise UsageError(
-            "give exactly one of --concurrency or --rate",
-            fix="e.g. --concurrency 1,4,16 (closed loop) or --rate 0.5,1,2 (open loop)",
-        )
-    check_arrival(arrival)
+    check_load_options(concurrency, rate, arrival)
     profile = load_profile(profile_name, extra_dirs=profiles_dirs, overrides=overrides)
     sim_input = profile.simulator.input_len if profile.simulator else None
     ilen = input_len or sim_input or profile.bench_defaults.input_len

@@ -37,7 +37,7 @@ class Endpoint:
 
     base_url: str
     transport: Transport
-    headers: Mapping[str, str] = field(default_factory=dict)
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)  # holds the API key
 
     def url(self, path: str) -> str:
         """The full URL of `path` (which starts with `/`) on this server."""
@@ -66,43 +66,34 @@ class Endpoint:
             self.transport, self.url(path), body, headers=dict(self.headers), timeout_s=timeout_s
         )
 
-    async def health(self, *, timeout_s: float = HEALTH_TIMEOUT_S) -> int | None:
-        """`/health`'s status code, or None when nothing answers in time."""
+    async def _get_body(self, path: str, timeout_s: float) -> tuple[int, bytes] | None:
+        """GET `path` and read its whole body: (status, body), or None when nothing answers
+        in time or the connection fails."""
         try:
             async with asyncio.timeout(timeout_s):
                 async with self.transport.send(
-                    "GET", self.url("/health"), body=None, headers=self.headers
+                    "GET", self.url(path), body=None, headers=self.headers
                 ) as resp:
-                    return resp.status
+                    return resp.status, await resp.read()
         except (TransportError, TimeoutError):
             return None
+
+    async def health(self, *, timeout_s: float = HEALTH_TIMEOUT_S) -> int | None:
+        """`/health`'s status code, or None when nothing answers in time."""
+        got = await self._get_body("/health", timeout_s)
+        return None if got is None else got[0]
 
     async def warm(self, count: int, *, timeout_s: float = WARM_TIMEOUT_S) -> None:
         """Open `count` keep-alive connections (concurrent `/health` calls, bodies read), so
         no measured request pays for a TCP handshake; failures are ignored."""
-
-        async def one() -> None:
-            with contextlib.suppress(TransportError, TimeoutError):
-                async with asyncio.timeout(timeout_s):
-                    async with self.transport.send(
-                        "GET", self.url("/health"), body=None, headers=self.headers
-                    ) as resp:
-                        await resp.read()
-
-        await asyncio.gather(*(one() for _ in range(count)))
+        await asyncio.gather(*(self._get_body("/health", timeout_s) for _ in range(count)))
 
     async def metrics(self, *, timeout_s: float = METRICS_TIMEOUT_S) -> str | None:
         """The Prometheus text of `/metrics`, or None when it does not answer 200 in time."""
-        try:
-            async with asyncio.timeout(timeout_s):
-                async with self.transport.send(
-                    "GET", self.url("/metrics"), body=None, headers=self.headers
-                ) as resp:
-                    if resp.status != 200:
-                        return None
-                    return (await resp.read()).decode("utf-8", "replace")
-        except (TransportError, TimeoutError):
+        got = await self._get_body("/metrics", timeout_s)
+        if got is None or got[0] != 200:
             return None
+        return got[1].decode("utf-8", "replace")
 
     async def models(self, *, timeout_s: float = MODELS_TIMEOUT_S) -> JsonReply:
         """`/v1/models` as a classified reply."""

@@ -1,5 +1,6 @@
-"""Timed OpenAI-compatible requests over a `Transport` (shell): every request servekit sends
-to a server goes through here (`Endpoint` in `client/endpoint.py` is the friendly layer).
+"""Timed OpenAI-compatible requests over a `Transport` (shell): every asynchronous request
+servekit sends to a server goes through here (`Endpoint` in `client/endpoint.py` is the friendly
+layer; `probe.py` and `download.py` hold the few synchronous calls).
 
 Timestamps are integer nanoseconds from `time.monotonic_ns()`: t0 is taken when the
 request's last byte has been written to the connection (the transport's `sent_ns`, an

@@ -4,8 +4,8 @@
 `send` that opens a response. `client/aiohttp_transport.py` is the real one and
 `client/mock.py` an in-process fake for tests. A transport sets no timeouts: the client
 wraps every call in its own deadline, so a transport that never answers is still cut.
-Failures below HTTP are raised as `TransportError` subclasses, never as the stack's own
-exception types, so no module outside `client/` names the stack.
+Failures below HTTP are raised as `TransportError` subclasses (or `TimeoutError`, which the
+stack's own timeouts subclass), so no module outside `client/` names the stack.
 """
 
 from __future__ import annotations

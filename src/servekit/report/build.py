@@ -14,7 +14,7 @@ from pathlib import Path
 
 from servekit import __version__
 from servekit.analyze.compare import compare_runs, speculation_facts
-from servekit.analyze.point_columns import point_headers, point_rows
+from servekit.analyze.point_columns import point_headers, point_rows, report_load
 from servekit.analyze.summarize import samples
 from servekit.bench.store import RECORDS_FILE, read_records, read_summary
 from servekit.errors import ServekitError
@@ -76,12 +76,6 @@ def _f(value: float | None) -> float:
 
 def _acceptance(point: SummaryPoint) -> float:
     return _f(point.server.spec_acceptance_length)
-
-
-def _label(point: SummaryPoint) -> str:
-    if point.concurrency is not None:
-        return f"c={point.concurrency}"
-    return f"rate={point.rate_rps}"
 
 
 def points_table(run: Run) -> Table:
@@ -219,7 +213,7 @@ def run_figures(runs: list[Run], per_stream_target: float | None) -> list[Figure
     for r in runs:
         panels = [
             (
-                _label(p),
+                report_load(p),
                 [row[0] for row in rows],
                 [row[1] for row in rows],
                 [row[2] for row in rows],

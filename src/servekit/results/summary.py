@@ -53,7 +53,8 @@ class DistributionBlock(Document):
 
 class ServerBlock(Document):
     """The server's view of a point: /metrics counter deltas and gauge maxima (or the
-    simulator's counters); every key is absent when the server has no metrics."""
+    simulator's counters); every figure is null when the server has no metrics, and the
+    block is empty for a point cut short by Ctrl-C."""
 
     spec_acceptance_per_position: list[float] | None = None
     spec_acceptance_length: float | None = None

@@ -31,7 +31,7 @@ class ValidateSpec:
 
     base_url: str
     model: str | None = None  # the served name expected in /v1/models (None: take the first)
-    headers: dict[str, str] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict, repr=False)  # holds the API key
     expected_max_model_len: int | None = None
     thinking_kwargs: dict[str, Any] | None = None  # chat_template_kwargs that turn thinking on
     thinking_expected: bool = False  # the profile or --thinking-kwargs says the model thinks
