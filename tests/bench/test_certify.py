@@ -8,7 +8,7 @@ import pytest
 
 from servekit.bench.runner import _token_mismatch, certify
 from servekit.bench.store import RecordWriter
-from servekit.bench.summary import redact_url
+from servekit.client.urls import redact_url
 from servekit.errors import ServekitError, UsageError
 from servekit.records import RequestRecord
 from servekit.workload.synthetic import check_arrival

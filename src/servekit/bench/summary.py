@@ -19,7 +19,7 @@ from servekit.bench.spec import BenchSpec, PointOutcome, PointSpec, ProgressSink
 from servekit.bench.store import RecordWriter, write_summary, write_summary_tables
 from servekit.client.endpoint import open_endpoint
 from servekit.client.transport import Transport
-from servekit.client.urls import redact_url as redact_url
+from servekit.client.urls import redact_url
 from servekit.errors import EndpointError, Interrupted, ServekitError
 from servekit.results.summary import ClientBlock, ServerBlock, SloBlock, Summary, Target, Workload
 

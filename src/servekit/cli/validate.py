@@ -10,7 +10,6 @@ from typing import Any
 
 import click
 
-from servekit.bench.summary import redact_url
 from servekit.cli._output import (
     emit_json,
     json_option,
@@ -18,6 +17,7 @@ from servekit.cli._output import (
     profiles_dir_option,
     stdout_console,
 )
+from servekit.client.urls import redact_url
 from servekit.errors import ChecksFailed, UsageError
 from servekit.profiles import load_profile
 from servekit.report.tables import checks_table
