@@ -57,3 +57,17 @@ def test_download_times_out_with_the_fix(silent_server: str, tmp_path: Path) -> 
     message = str(raised.value)
     assert silent_server in message
     assert "download it yourself and set the patch's url to the local file" in message
+
+
+@pytest.mark.parametrize(
+    "url", ["http://ops:hunter2@127.0.0.1:9/fix.diff", "https://ops:hun/ter2@127.0.0.1:9/f.diff"]
+)
+def test_patch_url_with_credentials_is_refused_without_them(url: str, tmp_path: Path) -> None:
+    """urllib sends no user:password@ (and its errors quote them): refused, masked, with the fix."""
+    with pytest.raises(ConfigError) as raised:
+        read_patch(url, cwd=tmp_path, timeout_s=0.3)
+    message = str(raised.value)
+    assert "hunter2" not in message
+    assert "hun/" not in message
+    assert "***@127.0.0.1:9/" in message
+    assert "has user:password@ credentials" in message

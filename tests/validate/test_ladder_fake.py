@@ -91,7 +91,7 @@ def ladder(fake: FakeChat, timeout_s: float = 5.0) -> tuple[Outcome, float]:
     spec = ValidateSpec(BASE, ladder=(1, 2, 4), check_timeout_s=timeout_s)
 
     async def go() -> Outcome:
-        ctx = Context(spec, Endpoint(BASE, MockTransport(fake)), Transcript(None, None))
+        ctx = Context(spec, Endpoint(BASE, MockTransport(fake)), Transcript(None))
         ctx.model = "m"
         return await check_ladder(ctx)
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from servekit.records import RequestRecord
+from servekit.redaction import Redactor
 from servekit.results.summary import ClientBlock, ServerBlock
 from servekit.workload.datasets import LengthSpec, PromptItem
 
@@ -29,6 +30,7 @@ class BenchSpec:
     warmup: int = 0
     seed: int = 0
     headers: dict[str, str] = field(default_factory=dict, repr=False)  # holds the API key
+    redactor: Redactor = field(default_factory=Redactor, repr=False)  # the key, a password
     chat_template_kwargs: dict[str, Any] | None = None
     timeout_s: float = 600.0
     input_dist: LengthSpec | None = None  # overrides input_len when set

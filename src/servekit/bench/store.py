@@ -13,6 +13,7 @@ from types import TracebackType
 from servekit.analyze.point_columns import point_headers, point_rows
 from servekit.errors import ServekitError
 from servekit.records import RequestRecord, record_from_json
+from servekit.redaction import Redactor
 from servekit.results.summary import Summary, SummaryPoint, load_summary
 
 RECORDS_FILE = "records.jsonl"
@@ -20,9 +21,11 @@ SUMMARY_FILE = "summary.json"
 
 
 class RecordWriter:
-    """Append records to DIR/records.jsonl, one line each, flushed as each is written."""
+    """Append records to DIR/records.jsonl, one line each, flushed as each is written, with
+    the run's secrets (`redactor`) removed from whatever text a record holds."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, redactor: Redactor | None = None) -> None:
+        self._redactor = redactor or Redactor()
         path = run_dir / RECORDS_FILE
         if path.is_file() and path.stat().st_size > 0:
             raise ServekitError(
@@ -40,7 +43,7 @@ class RecordWriter:
 
     def write(self, record: RequestRecord) -> None:
         """Append one record and flush it to the OS, so a killed run keeps it."""
-        self._file.write(record.to_json_line() + "\n")
+        self._file.write(self._redactor.redact_json_line(record.to_json_line()) + "\n")
         self._file.flush()
 
     def close(self) -> None:

@@ -175,7 +175,7 @@ def run_bench(
     progress = Progress()
     stopped: ServekitError | None = None
     crash: Exception | None = None
-    with RecordWriter(out) as writer, _pool(spec) as pool:
+    with RecordWriter(out, spec.redactor) as writer, _pool(spec) as pool:
         try:
             run = run_points(
                 spec,
@@ -198,7 +198,7 @@ def run_bench(
         except Exception as exc:  # a bug: keep what finished, then let it surface
             _keep_partial(progress, f"stopped by an internal error: {type(exc).__name__}")
             crash = exc
-    summary = bench_summary(
+    summary = bench_summary(  # redacted: the server's own text (model, version) is in it
         spec,
         progress.outcomes,
         version=version,
@@ -210,6 +210,7 @@ def run_bench(
         server=info,
         command=command,
     )
+    summary = spec.redactor.redact_document(summary)
     write_summary(out, summary)
     write_summary_tables(out, summary)
     if crash is not None:

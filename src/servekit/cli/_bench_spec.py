@@ -9,6 +9,7 @@ from typing import Any
 
 from servekit.bench.spec import BenchSpec, PointSpec
 from servekit.cli._output import check_load_options, parse_numbers
+from servekit.client.address import server_address
 from servekit.errors import UsageError
 from servekit.profiles import Profile, load_profile
 from servekit.workload.datasets import load_dataset_text, parse_length
@@ -29,6 +30,9 @@ def bench_inputs(opts: dict[str, Any]) -> tuple[BenchSpec, list[PointSpec], Prof
         raise UsageError(
             "--url is required without --profile", fix="e.g. --url http://127.0.0.1:8000"
         )
+    address = server_address(
+        url, api_key=os.environ.get(opts["api_key_env"]), key_name=opts["api_key_env"]
+    )
     concurrency, rate = opts["concurrency"], opts["rate"]
     if prof and concurrency is None and rate is None:
         concurrency = ",".join(str(c) for c in prof.bench_defaults.concurrency)
@@ -61,10 +65,9 @@ def bench_inputs(opts: dict[str, Any]) -> tuple[BenchSpec, list[PointSpec], Prof
     items = (
         load_dataset_text(dataset.read_text(encoding="utf-8"), str(dataset)) if dataset else None
     )
-    key = os.environ.get(opts["api_key_env"])
     model = opts["model"] or (prof.serve_args.served_model_name or prof.model.path if prof else "")
     spec = BenchSpec(
-        base_url=url.rstrip("/"),
+        base_url=address.base_url,
         model=model,
         api=opts["api"],
         input_len=ilen.mean,
@@ -73,7 +76,8 @@ def bench_inputs(opts: dict[str, Any]) -> tuple[BenchSpec, list[PointSpec], Prof
         requests_per_point=opts["requests_per_point"],
         warmup=opts["warmup"],
         seed=opts["seed"],
-        headers={"Authorization": f"Bearer {key}"} if key else {},
+        headers=address.headers,
+        redactor=address.redactor,
         chat_template_kwargs=kwargs,
         timeout_s=opts["timeout"],
         input_dist=ilen if ilen.kind != "fixed" else None,

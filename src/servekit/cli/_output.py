@@ -6,15 +6,17 @@ diagnostics on stderr. A ServekitError becomes one line on stderr in `cli/main.p
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from servekit.errors import UsageError
+from servekit.redaction import Redactor
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -25,6 +27,17 @@ def stdout_console() -> Console:
     from rich.console import Console  # here: rich costs a cheap command's start-up
 
     return Console(file=sys.stdout, highlight=False, soft_wrap=True)
+
+
+@contextlib.contextmanager
+def redacted_errors(redactor: Redactor) -> Iterator[None]:
+    """Errors leaving the block lose the run's secrets (a server's echoed text or a quoted
+    request in the message), before `cli/main.py` prints them."""
+    try:
+        yield
+    except Exception as exc:
+        redactor.scrub(exc)
+        raise
 
 
 def emit_json(document: object) -> None:

@@ -16,6 +16,7 @@ from servekit.cli._output import (
     emit_json,
     json_option,
     profiles_dir_option,
+    redacted_errors,
     stdout_console,
 )
 from servekit.report.live import LiveProgress
@@ -75,7 +76,7 @@ def bench_command(as_json: bool, out: Path, slo: str | None, **opts: Any) -> Non
     objectives = parse_slo(slo, name="--slo") if slo else None
     written: list[Summary] = []  # the summary, also when the sweep stops and raises
     try:
-        with LiveProgress(enabled=not as_json) as live:
+        with redacted_errors(spec.redactor), LiveProgress(enabled=not as_json) as live:
             run_bench(
                 spec, points, out, version=__version__, slo=objectives, live=live,
                 profile=prof.name if prof else None, command=["servekit", *sys.argv[1:]],

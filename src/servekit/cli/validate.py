@@ -15,9 +15,10 @@ from servekit.cli._output import (
     json_option,
     parse_numbers,
     profiles_dir_option,
+    redacted_errors,
     stdout_console,
 )
-from servekit.client.urls import redact_url
+from servekit.client.address import server_address
 from servekit.errors import ChecksFailed, UsageError
 from servekit.profiles import load_profile
 from servekit.report.tables import checks_table
@@ -52,21 +53,21 @@ def validate_command(as_json: bool, out: Path | None, **opts: Any) -> None:
     # fmt: on
     """Check an endpoint is fit to serve: health, chat, reasoning, tools, long context, ladder."""
     spec = _spec(opts)
-    key = os.environ.get(opts["api_key_env"]) or None
 
-    def show(result: CheckResult) -> None:
+    def show(result: CheckResult) -> None:  # results come redacted (spec.redactor)
         if not as_json:
             click.echo(f"{result.status:>4}  {result.name}: {result.detail}", err=True)
 
-    results = asyncio.run(run_checks(spec, out=out, secret=key, on_result=show))
-    doc = validate_document(results, spec, url=redact_url(spec.base_url))
+    with redacted_errors(spec.redactor):
+        results = asyncio.run(run_checks(spec, out=out, on_result=show))
+    doc = validate_document(results, spec)
     if out is not None:
         text = json.dumps(doc.as_json(), indent=2)
         (out / "validate.json").write_text(text + "\n", encoding="utf-8")
     if as_json:
         emit_json(doc.as_json())
     else:
-        title = f"validate {redact_url(spec.base_url)}"
+        title = f"validate {spec.base_url}"
         stdout_console().print(checks_table(doc.checks, title=title))
     if not doc.passed:
         failed = ", ".join(doc.failed())
@@ -94,17 +95,24 @@ def _spec(opts: dict[str, Any]) -> ValidateSpec:
                              fix=f"e.g. {_EXAMPLE}")
     ladder = parse_numbers(opts["ladder"], int, "--ladder") if opts["ladder"] else (
         prof.validate_defaults.ladder if prof else [1, 2, 4, 8, 16])
-    key = os.environ.get(opts["api_key_env"])
+    key, key_name = os.environ.get(opts["api_key_env"]), opts["api_key_env"]
+    address = server_address(url, api_key=key, key_name=key_name)
+    reference = (
+        server_address(opts["reference_url"], api_key=key, flag="--reference-url",
+                       key_name=key_name) if opts["reference_url"] else None
+    )
     return ValidateSpec(
-        base_url=url.rstrip("/"),
+        base_url=address.base_url,
         model=opts["model"] or (prof.serve_args.served_model_name if prof else None),
-        headers={"Authorization": f"Bearer {key}"} if key else {},
+        headers=address.headers,
+        redactor=address.redactor.joined(reference.redactor) if reference else address.redactor,
         expected_max_model_len=prof.serve_args.max_model_len if prof else None,
         thinking_kwargs=thinking, thinking_expected=thinking is not None,
         ladder=tuple(int(n) for n in ladder),
         long_context_tokens=opts["long_context_tokens"] or (
             prof.validate_defaults.long_context_tokens if prof else None),
-        log_file=opts["log_file"], reference_url=(opts["reference_url"] or "").rstrip("/") or None,
+        log_file=opts["log_file"], reference_url=reference.base_url if reference else None,
+        reference_headers=reference.headers if reference else {},
         only=check_names(opts["only"], "--only"), skip=check_names(opts["skip"], "--skip"),
         check_timeout_s=opts["timeout"],
     )  # fmt: skip

@@ -43,9 +43,12 @@ class Endpoint:
         """The full URL of `path` (which starts with `/`) on this server."""
         return f"{self.base_url}{path}"
 
-    def at(self, base_url: str) -> Endpoint:
-        """Another server reached over the same transport with the same headers."""
-        return replace(self, base_url=base_url)
+    def at(self, base_url: str, *, headers: Mapping[str, str] | None = None) -> Endpoint:
+        """Another server reached over the same transport, with these headers (default: the
+        same headers)."""
+        return replace(
+            self, base_url=base_url, headers=self.headers if headers is None else headers
+        )
 
     async def get_json(self, path: str, *, timeout_s: float) -> JsonReply:
         """GET a JSON document."""

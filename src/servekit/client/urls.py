@@ -1,5 +1,6 @@
 """URL helpers (core): what kind of URL a text is, the path a `file:` URL names, and a URL
-with its credentials removed. The only URL parsing outside the client's own requests."""
+with its credentials removed or masked. The only URL parsing outside the client's own
+requests (and `client/address.py`, which checks a server's URL)."""
 
 from __future__ import annotations
 
@@ -44,3 +45,21 @@ def redact_url(url: str) -> str:
     host = parts.hostname or ""
     netloc = f"{host}:{parts.port}" if parts.port else host
     return urlunsplit(parts._replace(netloc=netloc))
+
+
+def mask_credentials(text: str) -> str:
+    """The URL as written with anything between `//` and the last `@` replaced by `***`,
+    safe to print in an error about it: it never parses the text (which may not parse) and
+    also hides a password holding an unescaped `/`."""
+    scheme, sep, rest = text.strip().partition("//")
+    if not sep:
+        scheme, rest = "", text.strip()
+    if "@" in rest:
+        rest = "***@" + rest.rpartition("@")[2]
+    return scheme + sep + rest
+
+
+def has_credentials(text: str) -> bool:
+    """True when a URL as written holds a `user[:password]@` part (or may: see
+    `mask_credentials`)."""
+    return mask_credentials(text) != text.strip()

@@ -17,7 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servekit.client.download import fetch_bytes
-from servekit.client.urls import file_url_path, is_http_url, url_scheme
+from servekit.client.urls import (
+    file_url_path,
+    has_credentials,
+    is_http_url,
+    mask_credentials,
+    url_scheme,
+)
 from servekit.errors import ConfigError, Interrupted, ServekitError
 from servekit.profiles.schema import Profile
 from servekit.render.image import (
@@ -70,6 +76,12 @@ def read_patch(url: str, *, cwd: Path, timeout_s: float = DOWNLOAD_TIMEOUT_S) ->
         ConfigError: the download failed, the file is missing or unreadable, or the
             text is not UTF-8; the message names the URL or path.
     """
+    if is_http_url(url) and has_credentials(url):
+        raise ConfigError(  # urllib would not send them, and its errors would quote them
+            f"patch {mask_credentials(url)} has user:password@ credentials, which servekit "
+            "does not send",
+            fix="download it yourself and set the patch's url to the local file",
+        )
     if is_http_url(url):
         try:
             data = fetch_bytes(url, timeout_s=timeout_s, max_bytes=MAX_PATCH_BYTES)

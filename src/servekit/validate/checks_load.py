@@ -229,7 +229,7 @@ async def check_spec_decode(ctx: Context) -> Outcome:
 async def _compare_reference(ctx: Context, detail: str, data: dict[str, Any]) -> Outcome:
     reference = ctx.spec.reference_url
     assert reference is not None
-    other = ctx.server.at(reference)
+    other = ctx.server.at(reference, headers=ctx.spec.reference_headers)
     models = await other.models(timeout_s=10.0)
     listed = models.doc.get("data") if isinstance(models.doc, dict) else None
     if not listed:

@@ -10,6 +10,7 @@ from typing import Any
 from servekit.bench.scrape import Snapshot
 from servekit.client.endpoint import Endpoint
 from servekit.client.http import JsonReply, TimedStream
+from servekit.redaction import Redactor
 from servekit.validate.transcript import Transcript
 
 Status = str  # "pass" | "fail" | "warn" | "skip"
@@ -32,6 +33,7 @@ class ValidateSpec:
     base_url: str
     model: str | None = None  # the served name expected in /v1/models (None: take the first)
     headers: dict[str, str] = field(default_factory=dict, repr=False)  # holds the API key
+    redactor: Redactor = field(default_factory=Redactor, repr=False)  # removed from results
     expected_max_model_len: int | None = None
     thinking_kwargs: dict[str, Any] | None = None  # chat_template_kwargs that turn thinking on
     thinking_expected: bool = False  # the profile or --thinking-kwargs says the model thinks
@@ -39,6 +41,7 @@ class ValidateSpec:
     long_context_tokens: int | None = None
     log_file: Path | None = None
     reference_url: str | None = None
+    reference_headers: dict[str, str] = field(default_factory=dict, repr=False)
     only: frozenset[str] = frozenset()
     skip: frozenset[str] = frozenset()
     check_timeout_s: float = 180.0

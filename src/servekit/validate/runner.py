@@ -9,6 +9,7 @@ naming servekit's own error, so one bug never hides the other checks' results.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from servekit.bench.scrape import scrape
 from servekit.client.endpoint import open_endpoint
 from servekit.client.transport import Transport
 from servekit.errors import UsageError
+from servekit.redaction import Redactor
 from servekit.results.validate import (
     VALIDATE_VERSION,
     CheckBlock,
@@ -95,17 +97,17 @@ async def run_checks(
     spec: ValidateSpec,
     *,
     out: Path | None = None,
-    secret: str | None = None,
     on_result: Callable[[CheckResult], None] = lambda _: None,
     transport: Transport | None = None,
 ) -> list[CheckResult]:
     """Run every selected check; `on_result` sees each result as it is decided.
 
     Requests go over `transport` when given (a test's fake server), else over servekit's
-    own HTTP session.
+    own HTTP session. The spec's secrets are removed from every result and transcript line
+    (a server or an engine log can echo the API key).
     """
     results: list[CheckResult] = []
-    with Transcript(out, secret) as transcript:
+    with Transcript(out, spec.redactor) as transcript:
         async with open_endpoint(spec.base_url, spec.headers, transport=transport) as server:
             ctx = Context(spec, server, transcript)
             ctx.metrics_before = await scrape(server)
@@ -120,6 +122,7 @@ async def run_checks(
                 else:
                     result = await _run_one(ctx, name, check)
                     server_down = name == "health" and result.status == "fail"
+                result = _redacted(result, spec.redactor)
                 results.append(result)
                 on_result(result)
     return results
@@ -138,6 +141,13 @@ async def _run_one(ctx: Context, name: str, check: CheckFn) -> CheckResult:
         outcome = Outcome("fail", f"servekit internal error ({type(exc).__name__}: {exc}); "
                           "please report it")  # fmt: skip
     return CheckResult(name, outcome.status, outcome.detail, time.monotonic() - start, outcome.data)
+
+
+def _redacted(result: CheckResult, redactor: Redactor) -> CheckResult:
+    detail, data = redactor.redact(result.detail), redactor.redact_json(result.data)
+    if detail is result.detail and data is result.data:
+        return result
+    return dataclasses.replace(result, detail=detail, data=data)
 
 
 def validate_document(

@@ -1,5 +1,6 @@
 """Request/response transcripts of a validate run (shell): one JSON line per request,
-appended as it ends, with the API key redacted wherever it appears."""
+appended as it ends, with the run's secrets (API key, URL password) redacted wherever they
+appear in it."""
 
 from __future__ import annotations
 
@@ -8,14 +9,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-REDACTED = "[REDACTED]"
+from servekit.redaction import Redactor
 
 
 class Transcript:
     """Append transcript lines to DIR/transcripts.jsonl (or keep nothing without a DIR)."""
 
-    def __init__(self, out: Path | None, secret: str | None) -> None:
-        self._secret = secret or None
+    def __init__(self, out: Path | None, redactor: Redactor | None = None) -> None:
+        self._redactor = redactor or Redactor()
         self._file = None
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
@@ -25,13 +26,11 @@ class Transcript:
         """Record one exchange (headers are never recorded)."""
         if self._file is None:
             return
-        line = json.dumps(
-            {"check": check, "path": path, "request": request, "status": status,
-             "response": response},
-            ensure_ascii=False, default=str,
-        )  # fmt: skip
-        if self._secret:
-            line = line.replace(self._secret, REDACTED)
+        exchange = {"check": check, "path": path, "request": request, "status": status,
+                    "response": response}  # fmt: skip
+        # default=str first, so what it turns into text is redacted too
+        plain = json.loads(json.dumps(exchange, ensure_ascii=False, default=str))
+        line = json.dumps(self._redactor.redact_json(plain), ensure_ascii=False)
         self._file.write(line + "\n")
         self._file.flush()
 

@@ -1,0 +1,167 @@
+"""The secret canary: with a canary API key and a canary URL password, every command that
+takes a server URL runs against a server that echoes them back everywhere, against no
+server, and with malformed URLs, and no canary appears in any file it wrote or anything
+it printed."""
+
+from __future__ import annotations
+
+import base64
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.integration
+ECHO = Path(__file__).with_name("echo_server.py")
+KEY = "sk-canary-KEY-4f7a9c2e"
+PASSWORD = "pw-canary/PASS-91b2"  # noqa: S105 - a canary; written %2F-escaped in the URL
+QUOTED = PASSWORD.replace("/", "%2F")
+USER = "ops"
+# Every form a leak could take: the key, the password as written and decoded, basic auth.
+CANARIES = (KEY, PASSWORD, QUOTED, base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode())
+FAST_BENCH = ("--concurrency", "1", "--requests-per-point", "6", "--warmup", "0",
+              "--input-len", "8", "--output-len", "4", "--timeout", "5")  # fmt: skip
+FAST_VALIDATE = ("--ladder", "1,2", "--timeout", "10", "--long-context-tokens", "64")
+
+
+def with_password(url: str) -> str:
+    """The URL with the canary user and password in it."""
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://{USER}:{QUOTED}@{rest}"
+
+
+def run(cwd: Path, *args: str, key: str | None = None) -> subprocess.CompletedProcess[str]:
+    """`servekit ARGS` in a fresh process (its real stdout and stderr), with the key in
+    OPENAI_API_KEY or no key at all."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    if key is not None:
+        env["OPENAI_API_KEY"] = key
+    return subprocess.run(
+        [sys.executable, "-m", "servekit", *args], cwd=cwd, env=env, capture_output=True,
+        text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+def leaks(proc: subprocess.CompletedProcess[str], root: Path) -> list[str]:
+    """Where a canary shows: in the output, or in a file anywhere under root."""
+    found = [f"{name}: {c}" for name, text in (("stdout", proc.stdout), ("stderr", proc.stderr))
+             for c in CANARIES if c in text]  # fmt: skip
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        data = path.read_bytes()
+        found += [f"{path.relative_to(root)}: {c}" for c in CANARIES if c.encode() in data]
+    return found
+
+
+def assert_clean(proc: subprocess.CompletedProcess[str], root: Path, codes: set[int]) -> None:
+    """No canary anywhere, no traceback, an expected exit code."""
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode in codes, proc.stderr
+    assert leaks(proc, root) == []
+
+
+@pytest.fixture
+def echo_url(start_script: Callable[..., Any]) -> str:
+    """The echo server's base URL."""
+    return str(start_script(str(ECHO)).url)
+
+
+@pytest.mark.parametrize("auth", ["key", "password"])
+def test_bench_against_an_echoing_server_leaks_nothing(
+    tmp_path: Path, echo_url: str, auth: str
+) -> None:
+    """bench completes its sweep (summary and records written) and neither the records, the
+    summary files nor the terminal hold the key or the password the server echoed."""
+    url = echo_url if auth == "key" else with_password(echo_url)
+    proc = run(tmp_path, "bench", "--url", url, *FAST_BENCH, "--out", "run",
+               key=KEY if auth == "key" else None)  # fmt: skip
+    assert_clean(proc, tmp_path, {0, 3})
+    records = (tmp_path / "run" / "records.jsonl").read_text(encoding="utf-8").splitlines()
+    assert len(records) == 6
+    assert "[REDACTED]" in (tmp_path / "run" / "records.jsonl").read_text(encoding="utf-8")
+    assert "[REDACTED]" in (tmp_path / "run" / "summary.json").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("auth", ["key", "password"])
+def test_validate_against_an_echoing_server_leaks_nothing(
+    tmp_path: Path, echo_url: str, auth: str
+) -> None:
+    """validate runs every check (exit 3: the echoes are not valid answers) and neither
+    validate.json, transcripts.jsonl, --json nor the terminal hold the echoed secrets."""
+    url = echo_url if auth == "key" else with_password(echo_url)
+    key = KEY if auth == "key" else None
+    for extra in ((), ("--json",)):
+        out = tmp_path / f"out{len(extra)}"
+        proc = run(tmp_path, "validate", "--url", url, *FAST_VALIDATE, "--out", str(out), *extra,
+                   key=key)  # fmt: skip
+        assert_clean(proc, tmp_path, {3})
+        assert "[REDACTED]" in (out / "validate.json").read_text(encoding="utf-8")
+        assert "[REDACTED]" in (out / "transcripts.jsonl").read_text(encoding="utf-8")
+
+
+def test_validate_reference_url_with_a_password_leaks_nothing(
+    tmp_path: Path, echo_url: str
+) -> None:
+    """--reference-url with its own user:password@ is accepted as basic auth, and never shown."""
+    proc = run(tmp_path, "validate", "--url", with_password(echo_url), *FAST_VALIDATE,
+               "--reference-url", with_password(echo_url) + "/", "--out", "v")  # fmt: skip
+    assert_clean(proc, tmp_path, {3})
+
+
+@pytest.mark.parametrize("command", ["bench", "validate"])
+def test_url_password_and_api_key_together_are_refused_without_the_secrets(
+    tmp_path: Path, echo_url: str, command: str
+) -> None:
+    """Both credentials at once is a usage error (exit 2) in one line quoting neither."""
+    extra = (*FAST_BENCH, "--out", "run") if command == "bench" else FAST_VALIDATE
+    proc = run(tmp_path, command, "--url", with_password(echo_url), *extra, key=KEY)
+    assert_clean(proc, tmp_path, {2})
+    assert proc.stderr.count("\n") == 1
+    assert "remove the credentials from --url or unset OPENAI_API_KEY" in proc.stderr
+
+
+@pytest.mark.parametrize("command", ["bench", "validate"])
+@pytest.mark.parametrize("auth", ["key", "password"])
+def test_a_server_that_is_down_is_reported_without_the_secrets(
+    tmp_path: Path, command: str, auth: str
+) -> None:
+    """Connection refused: an error (bench) or failed checks (validate), canary-free."""
+    dead = f"http://127.0.0.1:{_free_port()}"
+    url = dead if auth == "key" else with_password(dead)
+    extra = (*FAST_BENCH, "--out", "run") if command == "bench" else ("--out", "v")
+    proc = run(tmp_path, command, "--url", url, *extra, key=KEY if auth == "key" else None)
+    assert_clean(proc, tmp_path, {1, 3})
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"http://{USER}:{QUOTED}@[::1",
+        f"http://{USER}:{QUOTED}@127.0.0.1:99999",
+        f"http://{USER}:{PASSWORD}@127.0.0.1:8000",  # an unescaped / in the password
+        f"ftp://{USER}:{QUOTED}@127.0.0.1/",
+        f"{USER}:{QUOTED}@127.0.0.1:8000",
+        f"http://{USER}:{QUOTED}@127.0.0.1:8000/v1",
+    ],
+)
+@pytest.mark.parametrize("command", ["bench", "validate"])
+def test_a_bad_url_is_a_usage_error_without_the_password(
+    tmp_path: Path, command: str, url: str
+) -> None:
+    """A malformed URL holding a password: exit 2, one line, the password not in it."""
+    extra = (*FAST_BENCH, "--out", "run") if command == "bench" else ()
+    proc = run(tmp_path, command, "--url", url, *extra)
+    assert_clean(proc, tmp_path, {2})
+    assert proc.stderr.startswith("servekit: error: --url ")
+    assert proc.stderr.count("\n") == 1
+
+
+def _free_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
