@@ -18,9 +18,10 @@ import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from pydantic import BaseModel
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 REDACTED = "[REDACTED]"
 """What stands in for a secret."""
@@ -30,7 +31,7 @@ MIN_ANYWHERE_CHARS = 6
 words (a 3-letter password would otherwise match inside ordinary words)."""
 
 _WORD = "A-Za-z0-9"
-D = TypeVar("D", bound=BaseModel)
+D = TypeVar("D", bound="BaseModel")
 T = TypeVar("T")
 
 
@@ -109,11 +110,12 @@ class Redactor:
         return value
 
     def redact_json_line(self, line: str) -> str:
-        """One compact JSON line (as records.jsonl is written) with secrets removed from its
-        strings; the line itself when no secret occurs in it."""
+        """One compact JSON object line of a schema (as records.jsonl is written) with secrets
+        removed from its string values, its keys kept; the line itself when no secret occurs
+        in it."""
         if not self.secrets or not self.found_in(line):
             return line
-        clean = self._walk(json.loads(line), keys=True)
+        clean = self._walk(json.loads(line), keys=False)
         return json.dumps(clean, separators=(",", ":"), ensure_ascii=False)
 
     def redact_document(self, doc: D) -> D:

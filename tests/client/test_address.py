@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from servekit.client.address import server_address
 from servekit.errors import UsageError
@@ -67,6 +69,7 @@ def test_malformed_urls_are_one_line_usage_errors(url: str, message: str) -> Non
         "http://ops:hunter2@[::1",
         "http://ops:hunter2@h:99999",
         "http://ops:hun/ter2@h:80",
+        "http://ops:80/hunter2@127.0.0.1:8000",  # parses: host ops, port 80, path /hunter2@..
         "ftp://ops:hunter2@h",
         "ops:hunter2@h:8000",
         "http://ops:hunter2@h/v1",
@@ -90,3 +93,25 @@ def test_credentials_and_an_api_key_together_are_refused() -> None:
     assert "sk-abcdef123" not in text
     assert "$MY_KEY holds an API key" in text
     assert "unset MY_KEY" in text
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    scheme=st.sampled_from(["http://", "https://", "ftp://", "", "http:/"]),
+    password=st.text(st.characters(codec="ascii", exclude_characters="@\x00"), min_size=6,
+                     max_size=16),
+    host=st.sampled_from(["127.0.0.1", "[::1]", "[::1", "h:99999", "h:8000/v1", "h:1/x", ""]),
+)  # fmt: skip
+def test_no_url_ever_shows_its_password(scheme: str, password: str, host: str) -> None:
+    """Whatever the URL around it, a password is neither in the base URL servekit uses nor in
+    the message refusing the URL."""
+    assume(password.strip() == password and password not in f"{scheme}ops{host}")
+    assert password not in _base_url_or_refusal(f"{scheme}ops:{password}@{host}")
+
+
+def _base_url_or_refusal(url: str) -> str:
+    """The base URL servekit would use, or the message refusing the URL."""
+    try:
+        return server_address(url, api_key=None).base_url
+    except UsageError as exc:
+        return str(exc)

@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from servekit.errors import UsageError
-from servekit.redaction import Redactor
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from servekit.redaction import Redactor
 
 
 def stdout_console() -> Console:

@@ -26,7 +26,8 @@ from servekit.results.summary import Summary
 
 # fmt: off
 @click.command("bench")
-@click.option("--url", help="Server base URL, e.g. http://127.0.0.1:8000 [the profile's port].")
+@click.option("--url", help="Server base URL without /v1, e.g. http://127.0.0.1:8000 (user:pw@ "
+              "is sent as basic auth) [the profile's port].")
 @click.option("--model", default="", help="Model name to request [profile's, else the server's].")
 @click.option("--profile", help="A deployment profile: its URL, model and bench defaults.")
 @profiles_dir_option

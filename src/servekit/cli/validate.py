@@ -28,7 +28,8 @@ from servekit.validate.runner import CheckResult, check_names, run_checks, valid
 
 # fmt: off
 @click.command("validate")
-@click.option("--url", help="Server base URL [the profile's port on 127.0.0.1].")
+@click.option("--url", help="Server base URL without /v1 (user:pw@ is sent as basic auth) "
+              "[the profile's port on 127.0.0.1].")
 @click.option("--model", help="Served name expected in /v1/models [profile's, else the first].")
 @click.option("--profile", help="A deployment profile: URL, served name, max_model_len, ladder.")
 @profiles_dir_option

@@ -54,19 +54,27 @@ def server_address(
             (both would be the Authorization header). No message shows a password.
     """
     shown = mask_credentials(url)
-    example = f"http://{shown}" if "://" not in shown else EXAMPLE
+    example = f"http://{shown.rpartition('@')[2]}" if "://" not in shown else EXAMPLE
+    escape = "; percent-escape / ? # @ in a password (%2F %3F %23 %40)" if "@" in url else ""
     try:
         parts = urlsplit(url.strip())
         port = parts.port  # parsed lazily: raises for a port that is not a number in range
     except ValueError:  # its text can quote part of the netloc, so it is not shown
         raise UsageError(
             f"{flag} {shown} is not a valid URL (its host or port does not parse)",
-            fix=f"e.g. {flag} {example}",
+            fix=f"e.g. {flag} {example}{escape}",
         ) from None
     if parts.scheme.lower() not in SCHEMES or not parts.hostname:
         raise UsageError(
             f"{flag} {shown} is not an http:// or https:// URL with a host",
             fix=f"e.g. {flag} {example}",
+        )
+    if "@" in parts.path + parts.query + parts.fragment:
+        # an unescaped / ? or # in a password ends the netloc early: the rest of it would
+        # become the path, and be printed and sent
+        raise UsageError(
+            f"{flag} {shown} has an @ after its host",
+            fix="percent-escape / ? # @ in a user name or password (%2F %3F %23 %40)",
         )
     host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
     netloc = f"{host}:{port}" if port is not None else host
