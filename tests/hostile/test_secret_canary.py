@@ -165,3 +165,22 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def test_image_build_with_a_patch_url_password_leaks_nothing(tmp_path: Path, echo_url: str) -> None:
+    """`image build` (a URL from the profile) refuses a patch URL with credentials, exit 1,
+    and neither the message nor the context written holds the password."""
+    profile = tmp_path / "canary-patched.yaml"  # the user's own file, outside the scan
+    profile.write_text(
+        "extends: minimax-m3-mxfp8-8xa800-v0251-patched\n"
+        "name: canary-patched\n"
+        "engine:\n"
+        "  patches:\n"
+        f"    - {{name: vllm-pr-49149, url: {with_password(echo_url)}/fix.diff}}\n",
+        encoding="utf-8",
+    )
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = run(work, "image", "build", str(profile), "--dry-run", "--context", "ctx")
+    assert_clean(proc, work, {1})
+    assert "has user:password@ credentials" in proc.stderr
