@@ -6,15 +6,21 @@ it printed."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import socket
 import subprocess
 import sys
-from collections.abc import Callable
+import time
+import traceback
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
+from click.testing import CliRunner
+
+from servekit.cli.main import cli
 
 pytestmark = pytest.mark.integration
 ECHO = Path(__file__).with_name("echo_server.py")
@@ -35,19 +41,42 @@ def with_password(url: str) -> str:
     return f"{scheme}://{USER}:{QUOTED}@{rest}"
 
 
-def run(cwd: Path, *args: str, key: str | None = None) -> subprocess.CompletedProcess[str]:
-    """`servekit ARGS` in a fresh process (its real stdout and stderr), with the key in
-    OPENAI_API_KEY or no key at all."""
-    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
-    if key is not None:
-        env["OPENAI_API_KEY"] = key
-    return subprocess.run(
-        [sys.executable, "-m", "servekit", *args], cwd=cwd, env=env, capture_output=True,
-        text=True, timeout=120, check=False,
-    )  # fmt: skip
+@dataclass(frozen=True)
+class Ran:
+    """A finished command: exit code and everything it printed."""
+
+    returncode: int
+    stdout: str
+    stderr: str
 
 
-def leaks(proc: subprocess.CompletedProcess[str], root: Path) -> list[str]:
+def run(cwd: Path, *args: str, key: str | None = None, fresh_process: bool = False) -> Ran:
+    """`servekit ARGS` in `cwd` with the key in OPENAI_API_KEY (or no key at all): in this
+    process (a traceback is put into stderr), or in a fresh one (its real stdout and stderr:
+    also what a library prints or logs)."""
+    if fresh_process:
+        env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+        env |= {"OPENAI_API_KEY": key} if key is not None else {}
+        proc = subprocess.run(
+            [sys.executable, "-m", "servekit", *args], cwd=cwd, env=env, capture_output=True,
+            text=True, timeout=120, check=False,
+        )  # fmt: skip
+        return Ran(proc.returncode, proc.stdout, proc.stderr)
+    old = Path.cwd()
+    os.chdir(cwd)
+    try:
+        result = CliRunner().invoke(cli, list(args), env={"OPENAI_API_KEY": key})
+    finally:
+        os.chdir(old)
+    crash = ""
+    if result.exc_info is not None and not isinstance(result.exception, SystemExit):
+        crash = "Traceback (most recent call last):\n" + "".join(
+            traceback.format_exception(*result.exc_info)
+        )
+    return Ran(result.exit_code, result.stdout, result.stderr + crash)
+
+
+def leaks(proc: Ran, root: Path) -> list[str]:
     """Where a canary shows: in the output, or in a file anywhere under root."""
     found = [f"{name}: {c}" for name, text in (("stdout", proc.stdout), ("stderr", proc.stderr))
              for c in CANARIES if c in text]  # fmt: skip
@@ -57,17 +86,27 @@ def leaks(proc: subprocess.CompletedProcess[str], root: Path) -> list[str]:
     return found
 
 
-def assert_clean(proc: subprocess.CompletedProcess[str], root: Path, codes: set[int]) -> None:
+def assert_clean(proc: Ran, root: Path, codes: set[int]) -> None:
     """No canary anywhere, no traceback, an expected exit code."""
     assert "Traceback" not in proc.stderr, proc.stderr
     assert proc.returncode in codes, proc.stderr
     assert leaks(proc, root) == []
 
 
-@pytest.fixture
-def echo_url(start_script: Callable[..., Any]) -> str:
-    """The echo server's base URL."""
-    return str(start_script(str(ECHO)).url)
+@pytest.fixture(scope="module")
+def echo_url() -> Iterator[str]:
+    """The echo server's base URL (one server for the module)."""
+    port = _free_port()
+    server = subprocess.Popen([sys.executable, str(ECHO), str(port)])
+    try:
+        for _ in range(400):
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+                break
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
 
 
 @pytest.mark.parametrize("auth", ["key", "password"])
@@ -78,7 +117,7 @@ def test_bench_against_an_echoing_server_leaks_nothing(
     summary files nor the terminal hold the key or the password the server echoed."""
     url = echo_url if auth == "key" else with_password(echo_url)
     proc = run(tmp_path, "bench", "--url", url, *FAST_BENCH, "--out", "run",
-               key=KEY if auth == "key" else None)  # fmt: skip
+               key=KEY if auth == "key" else None, fresh_process=True)  # fmt: skip
     assert_clean(proc, tmp_path, {0, 3})
     records = (tmp_path / "run" / "records.jsonl").read_text(encoding="utf-8").splitlines()
     assert len(records) == 6
