@@ -113,7 +113,7 @@ def _spec(opts: dict[str, Any]) -> ValidateSpec:
         long_context_tokens=opts["long_context_tokens"] or (
             prof.validate_defaults.long_context_tokens if prof else None),
         log_file=opts["log_file"], reference_url=reference.base_url if reference else None,
-        reference_headers=reference.headers if reference else {},
+        reference_headers=reference.headers if reference else None,
         only=check_names(opts["only"], "--only"), skip=check_names(opts["skip"], "--skip"),
         check_timeout_s=opts["timeout"],
     )  # fmt: skip

@@ -41,7 +41,8 @@ class ValidateSpec:
     long_context_tokens: int | None = None
     log_file: Path | None = None
     reference_url: str | None = None
-    reference_headers: dict[str, str] = field(default_factory=dict, repr=False)
+    # the reference server's Authorization header (None: the same headers as the server's)
+    reference_headers: dict[str, str] | None = field(default=None, repr=False)
     only: frozenset[str] = frozenset()
     skip: frozenset[str] = frozenset()
     check_timeout_s: float = 180.0
