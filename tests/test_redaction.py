@@ -84,6 +84,17 @@ def test_an_error_is_scrubbed_in_place() -> None:
     assert KEY not in str(redactor_of([KEY]).scrub(ValueError(f"v {KEY}")))
 
 
+def test_a_traceback_chain_is_scrubbed() -> None:
+    """The exceptions a traceback also prints (raised from, raised during) lose the secret."""
+    inner = KeyError(f"inner {KEY}")
+    context = ValueError(f"during {KEY}")
+    outer = RuntimeError("outer")
+    outer.__cause__, inner.__context__ = inner, context
+    redactor_of([KEY]).scrub(outer)
+    assert KEY not in str(inner)
+    assert KEY not in str(context)
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     secret=st.text(min_size=6, max_size=12),

@@ -129,14 +129,18 @@ class Redactor:
 
     def scrub(self, exc: BaseException) -> BaseException:
         """The exception with secrets removed from its message (changed in place, so it can
-        be re-raised as it is); for a ServekitError also from its message and fix."""
-        if not self.secrets:
-            return exc
-        for name in ("message", "fix"):
-            text = getattr(exc, name, None)
-            if isinstance(text, str):
-                setattr(exc, name, self.redact(text))
-        exc.args = tuple(self.redact(a) if isinstance(a, str) else a for a in exc.args)
+        be re-raised as it is), and from the exceptions it was raised from or during (what a
+        traceback prints); for a ServekitError also from its message and fix."""
+        seen: set[int] = set()
+        current: BaseException | None = exc
+        while self.secrets and current is not None and id(current) not in seen:
+            seen.add(id(current))
+            for name in ("message", "fix"):
+                text = getattr(current, name, None)
+                if isinstance(text, str):
+                    setattr(current, name, self.redact(text))
+            current.args = tuple(self.redact(a) if isinstance(a, str) else a for a in current.args)
+            current = current.__cause__ or current.__context__
         return exc
 
     def joined(self, other: Redactor) -> Redactor:
