@@ -1,6 +1,7 @@
-"""`servekit bench` and `servekit validate` against every hostile server mode (subprocesses).
+"""`servekit bench` and `servekit validate` against every hostile server mode (some modes as
+subprocesses, the rest in-process through click's runner), and the fixes behind some modes.
 
-Each run is short (c=1, two requests, `--timeout 1`) and happens once per (command, mode);
+Each run is short (c=1, two requests, `--timeout 2`) and happens once per (command, mode);
 the tests then read what it left: no traceback, the exit code, the failure classified,
 summary.json / validate.json written as strict JSON, every records.jsonl line a valid
 record, and the canary API key in no output file nor on the terminal.
@@ -8,10 +9,13 @@ record, and the canary API key in no output file nor on the terminal.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import random
 import subprocess
 import sys
+import traceback
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -19,8 +23,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from hostile_server import MODES
 
+from servekit.bench.scrape import scrape, server_block
+from servekit.bench.sizing import APPROXIMATE, sized_prompts
+from servekit.bench.spec import BenchSpec
+from servekit.cli.main import cli
+from servekit.client import endpoint as endpoint_module
+from servekit.client.endpoint import Endpoint
+from servekit.client.mock import MockRequest, MockResponse, MockTransport
 from servekit.records import record_from_json
 
 pytestmark = pytest.mark.integration
@@ -73,42 +85,72 @@ class Run:
     out: Path
 
 
-PARALLEL = 4  # runs at once: most of a run is waiting on the server or a timeout
+SUBPROCESS = {"ok", "dead", "reset_headers", "metrics_nan", "endless_line", "echo_credentials",
+              "stall_after_first", "slowloris"}  # fmt: skip
+"""Modes run as real `servekit` processes (a few at once: most of such a run is waiting);
+the others run in this process through click's runner, which is much cheaper."""
+PARALLEL = 4
+
+
+def _argv(command: str, mode: str, url: str, out: Path, extra: tuple[str, ...]) -> list[str]:
+    argv = [command, "--url", f"{url}/m/{mode}"]
+    if command == "bench":
+        argv += ["--concurrency", "1", "--requests-per-point", "2", "--warmup", "0",
+                 "--input-len", "8", "--output-len", "4", "--timeout", "2"]  # fmt: skip
+    else:
+        argv += ["--ladder", "1", "--timeout", "2"]
+    return [*argv, *extra, "--out", str(out)]
 
 
 def run(command: str, mode: str, url: str, root: Path, *extra: str) -> Run:
-    """Run `servekit COMMAND` against MODE (`extra` options after the usual short ones)."""
+    """`servekit COMMAND` against MODE in a subprocess (`extra` options after the usual)."""
     out = root / f"{command}-{mode}{'-'.join(extra)}"
-    argv = [sys.executable, "-m", "servekit", command, "--url", f"{url}/m/{mode}"]
-    if command == "bench":
-        argv += ["--concurrency", "1", "--requests-per-point", "2", "--warmup", "0",
-                 "--input-len", "8", "--output-len", "4", "--timeout", "1"]  # fmt: skip
-    else:
-        argv += ["--ladder", "1", "--timeout", "1"]
     env = {**os.environ, "PYTHONPATH": str(SRC), "OPENAI_API_KEY": CANARY_KEY}
     done = subprocess.run(
-        [*argv, *extra, "--out", str(out)],
+        [sys.executable, "-m", "servekit", *_argv(command, mode, url, out, extra)],
         capture_output=True, text=True, env=env, timeout=RUN_LIMIT_S, check=False,
     )  # fmt: skip
     return Run(done.returncode, done.stdout, done.stderr, out)
 
 
-@pytest.fixture(scope="module")
-def runs(
-    hostile_url: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[tuple[str, str], Future[Run]]]:
-    """bench and validate against every mode, started together (a few at a time) and read
-    by several tests each."""
-    root = tmp_path_factory.mktemp("hostile")
-    with ThreadPoolExecutor(PARALLEL) as pool:
-        yield {
-            (command, mode): pool.submit(run, command, mode, hostile_url, root)
-            for mode in sorted(MODES, key=lambda m: m not in SLOW)  # the slow ones first
+def run_here(command: str, mode: str, url: str, root: Path, *extra: str) -> Run:
+    """The same run in this process; an exception that escapes is shown as its traceback."""
+    out = root / f"{command}-{mode}{'-'.join(extra)}"
+    result = CliRunner(env={"OPENAI_API_KEY": CANARY_KEY}).invoke(
+        cli, _argv(command, mode, url, out, extra)
+    )
+    stderr = result.stderr
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        stderr += "".join(traceback.format_exception(result.exception))
+    return Run(result.exit_code, result.stdout, stderr, out)
+
+
+class Runs:
+    """bench and validate against every mode, each run once and read by several tests."""
+
+    def __init__(self, pool: ThreadPoolExecutor, url: str, root: Path) -> None:
+        self.url, self.root = url, root
+        self.started: dict[tuple[str, str], Future[Run]] = {
+            (command, mode): pool.submit(run, command, mode, url, root)
+            for mode in sorted(SUBPROCESS)
             for command in ("bench", "validate")
         }
+        self.done: dict[tuple[str, str], Run] = {}
+
+    def get(self, command: str, mode: str) -> Run:
+        """The run of `command` against `mode`."""
+        if (command, mode) in self.started:
+            return self.started[command, mode].result()
+        if (command, mode) not in self.done:
+            self.done[command, mode] = run_here(command, mode, self.url, self.root)
+        return self.done[command, mode]
 
 
-SLOW = {"stall_after_first", "slowloris", "endless_line", "stall_tokenize"}
+@pytest.fixture(scope="module")
+def runs(hostile_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
+    """Every run: the subprocess ones start at once in the background."""
+    with ThreadPoolExecutor(PARALLEL) as pool:
+        yield Runs(pool, hostile_url, tmp_path_factory.mktemp("hostile"))
 
 
 def strict_json(path: Path) -> Any:
@@ -141,9 +183,9 @@ def test_every_mode_has_expectations() -> None:
 
 
 @pytest.mark.parametrize("mode", sorted(MODES))
-def test_bench_mode(mode: str, runs: dict[tuple[str, str], Future[Run]]) -> None:
+def test_bench_mode(mode: str, runs: Runs) -> None:
     """bench exits as expected, classifies every failure and writes valid results."""
-    result = runs["bench", mode].result()
+    result = runs.get("bench", mode)
     code, kinds = BENCH[mode]
     assert_clean_terminal(result)
     assert result.code == code, result.stderr
@@ -160,12 +202,17 @@ def test_bench_mode(mode: str, runs: dict[tuple[str, str], Future[Run]]) -> None
     assert all(r.output_tokens >= 0 and r.prompt_tokens >= 0 for r in records)
     if code == 3:
         assert f"2 of 2 requests failed ({kinds.pop()} x2)" in result.stderr
+    warnings = summary["points"][0]["client"]["warnings"]
+    if mode.startswith("metrics_"):  # a bad /metrics is a warning on the point
+        assert any(w.startswith("/metrics") for w in warnings)
+    if mode == "stall_tokenize":  # sized another way, within the run's few seconds
+        assert summary["workload"]["input_len_method"].startswith("approximate")
 
 
 @pytest.mark.parametrize("mode", sorted(MODES))
-def test_validate_mode(mode: str, runs: dict[tuple[str, str], Future[Run]]) -> None:
+def test_validate_mode(mode: str, runs: Runs) -> None:
     """validate exits 0 or 3 as expected, with every check a one-line, classified result."""
-    result = runs["validate", mode].result()
+    result = runs.get("validate", mode)
     assert_clean_terminal(result)
     assert result.code == (0 if mode in VALIDATE_PASSES else 3), result.stdout
     document = strict_json(result.out / "validate.json")
@@ -189,12 +236,10 @@ def _secret_cases() -> list[Any]:
 
 
 @pytest.mark.parametrize(("command", "mode"), _secret_cases())
-def test_no_secret_in_any_output(
-    command: str, mode: str, runs: dict[tuple[str, str], Future[Run]]
-) -> None:
+def test_no_secret_in_any_output(command: str, mode: str, runs: Runs) -> None:
     """The API key is in no file the command wrote and not on the terminal, even when the
     server echoes it back."""
-    result = runs[command, mode].result()
+    result = runs.get(command, mode)
     leaks = [name for name, text in (("stdout", result.stdout), ("stderr", result.stderr))
              if CANARY_KEY in text]  # fmt: skip
     leaks += [
@@ -207,7 +252,7 @@ def test_no_secret_in_any_output(
 
 def test_failure_rate_allowance(hostile_url: str, tmp_path: Path) -> None:
     """--max-failure-rate 1 accepts a run whose requests all failed (exit 0, summary kept)."""
-    result = run("bench", "http_429", hostile_url, tmp_path, "--max-failure-rate", "1")
+    result = run_here("bench", "http_429", hostile_url, tmp_path, "--max-failure-rate", "1")
     assert result.code == 0
     assert "servekit: error" not in result.stderr
     assert strict_json(result.out / "summary.json")["points"][0]["errors"] == {"http_429": 2}
@@ -216,9 +261,67 @@ def test_failure_rate_allowance(hostile_url: str, tmp_path: Path) -> None:
 def test_over_max_model_len_names_the_fix(hostile_url: str, tmp_path: Path) -> None:
     """Prompts over max_model_len (the server's 400) exit 3 with the fix: shorten the input
     or raise max_model_len."""
-    result = run("bench", "ok", hostile_url, tmp_path, "--input-len", "5000")
+    result = run_here("bench", "ok", hostile_url, tmp_path, "--input-len", "5000")
     assert_clean_terminal(result)
     assert result.code == 3
     assert "(context_length x2)" in result.stderr
     assert "shorten --input-len" in result.stderr
     assert "max_model_len" in result.stderr
+
+
+# In-process: the fixes behind some modes, pinned without a subprocess.
+
+
+async def _stalled_tokenize(request: MockRequest) -> MockResponse:
+    """A server whose /tokenize never answers."""
+    if request.path == "/tokenize":
+        await asyncio.Event().wait()
+    return MockResponse.json({})
+
+
+def test_stalled_tokenize_is_cut_whatever_the_request_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Sizing prompts against a stalled /tokenize gives up after the /tokenize deadline,
+    also with bench's default --timeout of 600 s, and sizes the prompts another way."""
+    monkeypatch.setattr(endpoint_module, "TOKENIZE_TIMEOUT_S", 0.2, raising=False)
+    spec = BenchSpec("http://h", "m", input_len=8, timeout_s=600.0)
+    server = Endpoint("http://h", MockTransport(_stalled_tokenize))
+
+    async def go() -> tuple[list[str], str]:
+        async with asyncio.timeout(5):
+            return await sized_prompts(server, spec, [8, 8, 8], random.Random(0))
+
+    prompts, method = asyncio.run(go())
+    assert len(prompts) == 3
+    assert method == APPROXIMATE
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        (b"# TYPE vllm:num_preemptions_total counter\nvllm:num_preemptions_total NaN\n",
+         "non-finite values for vllm:num_preemptions"),
+        (b"# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc +Inf\n",
+         "non-finite values for vllm:kv_cache_usage_perc"),
+        (b'vllm:num_requests_running{m="\xff"} 1\n', "not UTF-8"),
+        (b"vllm:num_requests_running{{{ 1 2 3\n", "not Prometheus text"),
+    ],
+)  # fmt: skip
+def test_bad_metrics_are_a_named_problem(body: bytes, problem: str) -> None:
+    """NaN, infinity, invalid UTF-8 or garbage in /metrics give a snapshot without those
+    values and a named problem, and the server block is built from it without raising."""
+
+    async def metrics(request: MockRequest) -> MockResponse:
+        return MockResponse(200, "text/plain", body=body)
+
+    async def go() -> Any:
+        return await scrape(Endpoint("http://h", MockTransport(metrics)))
+
+    snapshot = asyncio.run(go())
+    assert snapshot is not None
+    assert snapshot.problem is not None
+    assert problem in snapshot.problem
+    block = server_block(snapshot, snapshot, snapshot.gauges)
+    assert block.preemptions is None
+    assert block.kv_cache_usage_max is None

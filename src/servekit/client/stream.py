@@ -7,8 +7,7 @@ completions' `text`, `finish_reason`, and `usage` (per chunk with vLLM's
 problem is classified into `error_kind`. Usage is checked, not taken at face value: a count
 that is not a non-negative integer (a boolean, a float, -8), a completion count that falls
 from chunk to chunk, exceeds the request's `max_tokens` or is below the number of chunks
-that carried tokens is `invalid_usage`, and so is an event after `[DONE]` a
-`malformed_chunk`.
+that carried tokens is `invalid_usage`; data after `[DONE]` is a `malformed_chunk`.
 """
 
 from __future__ import annotations
