@@ -147,7 +147,7 @@ def test_reader_never_raises_and_believes_only_consistent_usage(
     if result.error_kind is None:
         completion = result.completion_tokens
         if completion is not None:
-            assert len(result.chunk_ns) <= completion <= max_tokens
+            assert completion <= max_tokens
             assert sum(result.chunk_tokens) == completion
         assert result.prompt_tokens is None or result.prompt_tokens >= 0
 
@@ -198,3 +198,17 @@ def test_data_after_done_is_malformed() -> None:
     for data in (chunk, "[DONE]", chunk):
         late.feed(data, 0)
     assert late.finish().error_kind == "malformed_chunk"
+
+
+def test_tool_argument_chunk_without_a_token_is_believed() -> None:
+    """A tool-call parser's last chunk (held-back arguments, no new token) does not make a
+    one-token count contradictory."""
+    reader = StreamReader(max_tokens=8)
+    call = {"index": 0, "function": {"name": "f", "arguments": "{}"}}
+    for delta in ({"content": "w"}, {"tool_calls": [call]}):
+        chunk = {"choices": [{"index": 0, "delta": delta}], "usage": {"completion_tokens": 1}}
+        reader.feed(json.dumps(chunk), 0)
+    reader.feed("[DONE]", 0)
+    result = reader.finish()
+    assert result.error_kind is None
+    assert sum(result.chunk_tokens) == 1

@@ -7,7 +7,7 @@ completions' `text`, `finish_reason`, and `usage` (per chunk with vLLM's
 problem is classified into `error_kind`. Usage is checked, not taken at face value: a count
 that is not a non-negative integer (a boolean, a float, -8), a completion count that falls
 from chunk to chunk, exceeds the request's `max_tokens` or is below the number of chunks
-that carried tokens is `invalid_usage`; data after `[DONE]` is a `malformed_chunk`.
+that carried text is `invalid_usage`; data after `[DONE]` is a `malformed_chunk`.
 """
 
 from __future__ import annotations
@@ -74,6 +74,8 @@ class StreamReader:
         self._max_tokens = max_tokens
         self._usage: list[int | None] = []  # cumulative completion tokens seen on each chunk
         self._reasoning_chunks: list[int] = []  # indexes of chunks that were reasoning only
+        self._text_chunks = 0  # chunks with content or reasoning (a tool-call parser may
+        # send a chunk of held-back arguments without a new token: those are not counted)
 
     def feed(self, data: str, arrival_ns: int) -> None:
         """Consume one event's data (`[DONE]` or a JSON chunk); never raises."""
@@ -130,6 +132,8 @@ class StreamReader:
                 r.first_answer_ns = arrival_ns
             if reasoning and not (content or tools):
                 self._reasoning_chunks.append(len(r.chunk_ns))
+            if reasoning or content:
+                self._text_chunks += 1
             r.chunk_ns.append(arrival_ns)
             self._usage.append(usage_tokens)
 
@@ -214,9 +218,9 @@ class StreamReader:
         if r.error_kind is None and not r.chunk_ns:
             self._fail(EMPTY_OUTPUT, "the stream carried no generated token")
         n = len(r.chunk_ns)
-        if r.completion_tokens is not None and r.completion_tokens < n:
+        if r.completion_tokens is not None and r.completion_tokens < self._text_chunks:
             self._fail(INVALID_USAGE, f"usage counts {r.completion_tokens} completion tokens "
-                       f"but {n} chunks carried tokens")  # fmt: skip
+                       f"but {self._text_chunks} chunks carried text")  # fmt: skip
         if r.error_kind == INVALID_USAGE:
             r.completion_tokens = None  # not believed: one token per chunk below
             self._usage = [None] * n
