@@ -14,6 +14,7 @@ so the outcome is the same however the bytes are split.
 from __future__ import annotations
 
 import codecs
+import contextlib
 from typing import NamedTuple
 
 MAX_LINE_CHARS = 4 * 1024 * 1024
@@ -49,7 +50,7 @@ class SseParser:
         self._buffer = ""
         self._pending_cr = False
         self._data: list[str] = []
-        self._data_chars = 0  # characters of data carried over from earlier feeds
+        self._data_chars = 0  # length of the pending event's data as it will be joined
         self._event = ""
         self._id: str | None = None
         self._limit = max_line_chars
@@ -67,7 +68,8 @@ class SseParser:
     def close(self) -> list[SseEvent]:
         """Flush at end of stream. An event without its terminating blank line is dropped,
         as the standard requires; the caller sees the stream as cut."""
-        self._consume(self._decoder.decode(b"", final=True))
+        with contextlib.suppress(SseLineTooLong):  # the unfinished line is dropped anyway
+            self._consume(self._decoder.decode(b"", final=True))
         self._data, self._data_chars, self._event = [], 0, ""
         return []
 
@@ -104,7 +106,7 @@ class SseParser:
             elif not line.startswith(":"):
                 self._field(line, data)
         self._data = data
-        self._data_chars = sum(map(len, data)) if data else 0
+        self._data_chars = sum(map(len, data)) + len(data) - 1 if data else 0
         return events
 
     def _consume_bounded(self, lines: list[str]) -> list[SseEvent]:
@@ -123,8 +125,8 @@ class SseParser:
             elif not line.startswith(":"):
                 before = len(self._data)
                 self._field(line, self._data)
-                if len(self._data) > before:
-                    self._data_chars += len(self._data[-1])
+                if len(self._data) > before:  # the joined length, with the LF before it
+                    self._data_chars += len(self._data[-1]) + (1 if before else 0)
                     if self._data_chars > self._limit:
                         self._abandon(events)
         if len(self._buffer) > self._limit:
