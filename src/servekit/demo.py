@@ -134,7 +134,10 @@ def sweep(
         seed=7,
     )
     points = [PointSpec(f"c={c}", concurrency=c, requests=demo.requests(c)) for c in levels]
-    summary = run_bench(spec, points, out, version=__version__, profile=profile.name)
+    # failed requests (an injected --fault) are the demo's subject, shown in its report
+    summary = run_bench(
+        spec, points, out, version=__version__, profile=profile.name, max_failure_rate=1.0
+    )
     simulated = to_simulated_time(summary, demo.time_scale)
     write_summary(out, simulated)
     write_summary_tables(out, simulated)

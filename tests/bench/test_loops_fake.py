@@ -235,8 +235,10 @@ def test_run_points_over_a_fake_server(tmp_path: Path) -> None:
 
 
 def test_run_points_stops_when_health_fails(tmp_path: Path) -> None:
-    """Failed requests plus a /health that is not 200 stop the sweep after that point."""
-    fake = FakeVllm(healthy=False)
+    """Failed requests plus a /health that is not 200 stop the sweep after that point (the
+    server is healthy until the first completion fails: one dead at the start gets no
+    request at all, see tests/hostile)."""
+    fake = FakeVllm()
     bench = BenchSpec(BASE, "m", "completions", 8, OUTPUT_LEN, requests_per_point=2,
                       metrics_interval_s=0, dataset=None)  # fmt: skip
 
@@ -254,10 +256,11 @@ def test_run_points_stops_when_health_fails(tmp_path: Path) -> None:
 
 
 def _failing(fake: FakeVllm) -> Any:
-    """The fake server, but every completion answers 500."""
+    """The fake server, but every completion answers 500 (and /health 503 after it)."""
 
     async def handler(request: MockRequest) -> MockResponse:
         if request.path == "/v1/completions":
+            fake.healthy = False
             return MockResponse.json({"error": {"message": "down"}}, status=500)
         return await fake(request)
 

@@ -82,7 +82,7 @@ def test_fixed_endpoints_answer() -> None:
 
     health, metrics, version, models, count = asyncio.run(go())
     assert (health, version, count) == (200, "0.26.0", 3)
-    assert metrics == "vllm:num_preemptions_total 3.0\n"
+    assert metrics == b"vllm:num_preemptions_total 3.0\n"
     assert models == {"data": [{"id": "m", "max_model_len": 4096}]}
 
 

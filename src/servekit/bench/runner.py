@@ -134,12 +134,16 @@ async def _sample_gauges(
     stop: asyncio.Event,
     samples: list[list[float]],
     every_s: float = SAMPLE_EVERY_S,
+    problems: set[str] | None = None,
 ) -> None:
     """Scrape /metrics every `every_s` (`--metrics-interval`): gauge maxima, and (seconds
-    since the point started, KV usage, running, waiting) samples for plots over time."""
+    since the point started, KV usage, running, waiting) samples for plots over time; what
+    was wrong with a scrape goes to `problems`."""
     start = time.monotonic()
     while not stop.is_set() and every_s > 0:
         snap = await scrape(endpoint)
+        if snap is not None and snap.problem is not None and problems is not None:
+            problems.add(snap.problem)
         if snap is not None:
             for name, value in snap.gauges.items():
                 maxima[name] = max(maxima.get(name, value), value)
@@ -198,6 +202,8 @@ async def run_points(
     path = api_path(spec)
     outcomes = progress.outcomes
     async with open_endpoint(spec.base_url, spec.headers, transport=transport) as endpoint:
+        if (dead := await _dead_at_start(endpoint, spec)) is not None:
+            return BenchRun(outcomes, dead)
         counts = [point.requests or spec.requests_per_point for point in points]
         total = spec.warmup + sum(counts)
         planned, progress.input_len_method = await plan_requests(endpoint, spec, total, rng)
@@ -234,6 +240,19 @@ async def run_points(
                     ),
                 )
     return BenchRun(outcomes)
+
+
+async def _dead_at_start(endpoint: Endpoint, spec: BenchSpec) -> EndpointError | None:
+    """Why no request should be sent: `/health` does not answer, or answers 5xx (a 404 is a
+    server without the route, not a dead one)."""
+    status = await endpoint.health()
+    if status is not None and status < 500:
+        return None
+    return EndpointError(
+        f"the server at {spec.base_url} answers /health with {status or 'nothing'} before "
+        "the run; no request was sent",
+        fix="check the engine log (servekit plan --from-log LOG) and that loading finished",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,8 +339,9 @@ async def _run_point(
     maxima: dict[str, float] = {}
     stop = asyncio.Event()
     samples: list[list[float]] = []
+    problems = {before.problem} if before is not None and before.problem else set()
     sampler = asyncio.create_task(
-        _sample_gauges(endpoint, maxima, stop, samples, spec.metrics_interval_s)
+        _sample_gauges(endpoint, maxima, stop, samples, spec.metrics_interval_s, problems)
     )
     short: list[tuple[int, int]] = []
 
@@ -363,7 +383,9 @@ async def _run_point(
         max(load.cpu_util for load in loads),
     )
     server = server_block(before, after, maxima).model_copy(update={"samples": samples})
-    warnings = _length_warnings(short) + warnings
+    if after is not None and after.problem:
+        problems.add(after.problem)
+    warnings = _length_warnings(short) + sorted(problems) + warnings
     warnings += _token_mismatch(records, server.generation_tokens)
     client = ClientBlock(
         valid=not warnings,

@@ -1,8 +1,14 @@
 """Scrape vLLM's Prometheus /metrics (shell fetch through `client.Endpoint` + pure parse with
-prometheus-client)."""
+prometheus-client).
+
+A scrape never fails a run: text that is not UTF-8 or not Prometheus text, and values that
+are not finite (NaN, infinity), are dropped and named in `Snapshot.problem`, which the
+caller turns into a warning on the point.
+"""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -35,20 +41,27 @@ class Snapshot:
     counters: dict[str, float]
     gauges: dict[str, float]
     per_position: dict[int, float] | None = None
+    problem: str | None = None
 
 
 def parse_metrics(text: str) -> Snapshot:
-    """Parse Prometheus text into the counters and gauges servekit uses; bad text -> empty."""
+    """Parse Prometheus text into the counters and gauges servekit uses; bad text -> empty
+    (with the problem named), non-finite values are left out (and named)."""
     counters: dict[str, float] = {}
     gauges: dict[str, float] = {}
     per_position: dict[int, float] = {}
     try:
         families = list(text_string_to_metric_families(text))
-    except (ValueError, TypeError):
-        return Snapshot({}, {})
+    except (ValueError, TypeError, IndexError, KeyError) as exc:
+        return Snapshot({}, {}, problem=f"/metrics is not Prometheus text ({type(exc).__name__})")
+    not_finite: set[str] = set()
     for family in families:
         name = family.name  # counters lose their _total suffix in the parser
         for sample in family.samples:
+            if not math.isfinite(sample.value):
+                if name in COUNTERS or name in GAUGES or name == PER_POSITION:
+                    not_finite.add(name)
+                continue
             if name == PER_POSITION and sample.name == f"{name}_total":
                 position = sample.labels.get("position", "")
                 if position.isdigit():
@@ -59,13 +72,25 @@ def parse_metrics(text: str) -> Snapshot:
                 counters[name] = counters.get(name, 0.0) + float(sample.value)
             elif name in GAUGES and sample.name == name:
                 gauges[name] = gauges.get(name, 0.0) + float(sample.value)
-    return Snapshot(counters, gauges, per_position or None)
+    problem = None
+    if not_finite:
+        for name in not_finite:  # a family with a NaN sample has no trustworthy sum
+            counters.pop(name, None)
+            gauges.pop(name, None)
+        problem = f"/metrics gave non-finite values for {', '.join(sorted(not_finite))}; ignored"
+    return Snapshot(counters, gauges, per_position or None, problem)
 
 
 async def scrape(endpoint: Endpoint) -> Snapshot | None:
     """Fetch and parse /metrics; None when the server has no usable metrics endpoint."""
-    text = await endpoint.metrics()
-    return None if text is None else parse_metrics(text)
+    body = await endpoint.metrics()
+    if body is None:
+        return None
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return Snapshot({}, {}, problem=f"/metrics is not UTF-8 (byte {exc.start}); ignored")
+    return parse_metrics(text)
 
 
 def server_block(

@@ -6,6 +6,8 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime as dt
+import math
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,7 @@ from servekit.bench.store import RecordWriter, write_summary, write_summary_tabl
 from servekit.client.endpoint import open_endpoint
 from servekit.client.transport import Transport
 from servekit.client.urls import redact_url
-from servekit.errors import EndpointError, Interrupted, ServekitError
+from servekit.errors import ChecksFailed, EndpointError, Interrupted, ServekitError
 from servekit.results.summary import ClientBlock, ServerBlock, SloBlock, Summary, Target, Workload
 
 
@@ -157,6 +159,7 @@ def run_bench(
     profile: str | None = None,
     command: list[str] | None = None,
     on_summary: Callable[[Summary], None] | None = None,
+    max_failure_rate: float = 0.0,
 ) -> Summary:
     """Discover the server, run the points, write records, summary.json, .csv and .md.
 
@@ -167,6 +170,7 @@ def run_bench(
     Raises:
         Interrupted: Ctrl-C; the records and summary cover the requests that finished.
         EndpointError: the server went away or stopped answering during the sweep.
+        ChecksFailed: more than `max_failure_rate` of the requests failed (exit 3).
     """
     info = asyncio.run(discover(spec.base_url, spec.headers))
     if not spec.model:
@@ -219,7 +223,40 @@ def run_bench(
         on_summary(summary)
     if stopped is not None:
         raise stopped
+    if (failed := too_many_failures(progress.outcomes, max_failure_rate, out)) is not None:
+        raise failed
     return summary
+
+
+FAILURE_FIXES = {
+    "context_length": "shorten --input-len (or --output-len) or raise the server's max_model_len",
+    "timeout": "raise --timeout or lower the load",
+    "http_429": "the server refuses the load: lower --concurrency/--rate or raise its limits",
+    "http_503": "the server refuses the load: lower --concurrency/--rate or raise its limits",
+    "connect": "check --url and that the server is up",
+    "invalid_usage": "the server's usage counts are wrong: check its version and proxy",
+}
+"""The fix for a run whose most common failure is this class."""
+
+
+def too_many_failures(
+    outcomes: list[PointOutcome], max_failure_rate: float, out: Path
+) -> ChecksFailed | None:
+    """The exit-3 error of a run where more than `max_failure_rate` of requests failed,
+    naming the classes and the fix for the most common one; None otherwise."""
+    records = [r for o in outcomes for r in o.records]
+    kinds = Counter(r.error_kind for r in records if r.error_kind is not None)
+    failed = sum(kinds.values())
+    if not records or failed <= max_failure_rate * len(records):
+        return None
+    classes = ", ".join(f"{kind} x{n}" for kind, n in kinds.most_common())
+    top = kinds.most_common(1)[0][0]
+    fix = FAILURE_FIXES.get(top, f"see each record's error in {out / 'records.jsonl'}")
+    return ChecksFailed(
+        f"{failed} of {len(records)} requests failed ({classes})",
+        fix=f"{fix} (--max-failure-rate {math.ceil(100 * failed / len(records)) / 100:g} "
+        "would accept this run)",
+    )
 
 
 @contextlib.contextmanager

@@ -59,6 +59,9 @@ from servekit.results.summary import Summary
 @click.option("--slo", help="Goodput objectives, e.g. ttft_ms=500,tpot_ms=50,e2e_s=10.")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=600.0, show_default=True,
               help="Seconds one request may take before it counts as a timeout.")
+@click.option("--max-failure-rate", type=click.FloatRange(min=0, max=1), default=0.0,
+              show_default=True, help="Fraction of requests that may fail; past it (by "
+              "default, any failure) bench exits 3 after writing the summary.")
 @click.option("--workers", type=click.IntRange(min=1, max=64), default=1, show_default=True,
               help="Processes that send the load, past one client core; records merge.")
 @click.option("--min-tokens", is_flag=True,
@@ -70,9 +73,15 @@ from servekit.results.summary import Summary
               help="Environment variable holding the API key (never written anywhere).")
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path))
 @json_option
-def bench_command(as_json: bool, out: Path, slo: str | None, **opts: Any) -> None:
+def bench_command(
+    as_json: bool, out: Path, slo: str | None, max_failure_rate: float, **opts: Any
+) -> None:
     # fmt: on
-    """Load-test a server: exact streaming timing, per-request records, summary per point."""
+    """Load-test a server: exact streaming timing, per-request records, summary per point.
+
+    Exit codes: 0 done, 1 error (the server stopped answering), 3 more requests failed than
+    --max-failure-rate allows (the summary is written either way), 130 interrupted.
+    """
     spec, points, prof = bench_inputs(opts)
     objectives = parse_slo(slo, name="--slo") if slo else None
     written: list[Summary] = []  # the summary, also when the sweep stops and raises
@@ -81,7 +90,7 @@ def bench_command(as_json: bool, out: Path, slo: str | None, **opts: Any) -> Non
             run_bench(
                 spec, points, out, version=__version__, slo=objectives, live=live,
                 profile=prof.name if prof else None, command=["servekit", *sys.argv[1:]],
-                on_summary=written.append,
+                on_summary=written.append, max_failure_rate=max_failure_rate,
             )
     finally:
         if written:

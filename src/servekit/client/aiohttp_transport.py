@@ -87,16 +87,24 @@ class AiohttpTransport:
     ) -> AsyncIterator[Response]:
         """Open the response to one request (see `Transport.send`)."""
         written = _SendTime()
+        opened = False
         try:
             async with self.session.request(
                 method, url, data=body, headers=dict(headers), trace_request_ctx=written
             ) as resp:
+                opened = True
                 yield _AiohttpResponse(resp, written)
         except TimeoutError:
             raise
         except aiohttp.ClientConnectorError as exc:
             raise ConnectFailed(type(exc).__name__, str(exc)) from exc
-        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError) as exc:
+        except aiohttp.ServerDisconnectedError as exc:
+            # its text is aiohttp's repr of the half-parsed message: say what happened
+            where = "mid-body" if opened else "before its response headers ended"
+            raise Disconnected(
+                type(exc).__name__, f"the server closed the connection {where}"
+            ) from exc
+        except aiohttp.ClientPayloadError as exc:
             raise Disconnected(type(exc).__name__, str(exc)) from exc
         except aiohttp.ClientError as exc:
             raise TransportError(type(exc).__name__, str(exc)) from exc

@@ -29,6 +29,10 @@ MODELS_TIMEOUT_S = 10.0
 """`/v1/models`."""
 VERSION_TIMEOUT_S = 5.0
 """`/version`."""
+TOKENIZE_TIMEOUT_S = 10.0
+"""The most one `/tokenize` call may take, whatever the caller allows: counting a prompt
+takes milliseconds, and sizing asks many times, so a stalled `/tokenize` must not cost a
+whole request timeout (600 s by default) before servekit counts another way."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,12 +95,13 @@ class Endpoint:
         no measured request pays for a TCP handshake; failures are ignored."""
         await asyncio.gather(*(self._get_body("/health", timeout_s) for _ in range(count)))
 
-    async def metrics(self, *, timeout_s: float = METRICS_TIMEOUT_S) -> str | None:
-        """The Prometheus text of `/metrics`, or None when it does not answer 200 in time."""
+    async def metrics(self, *, timeout_s: float = METRICS_TIMEOUT_S) -> bytes | None:
+        """The body of `/metrics` (Prometheus text, undecoded: the caller checks it), or
+        None when it does not answer 200 in time."""
         got = await self._get_body("/metrics", timeout_s)
         if got is None or got[0] != 200:
             return None
-        return got[1].decode("utf-8", "replace")
+        return got[1]
 
     async def models(self, *, timeout_s: float = MODELS_TIMEOUT_S) -> JsonReply:
         """`/v1/models` as a classified reply."""
@@ -111,8 +116,11 @@ class Endpoint:
 
     async def tokenize(self, body: dict[str, Any], *, timeout_s: float) -> int | None:
         """The token count `/tokenize` gives for `body` (a prompt or chat messages with the
-        model), or None when the server has no usable `/tokenize`."""
-        reply = await self.post_json("/tokenize", body, timeout_s=timeout_s)
+        model), or None when the server has no usable `/tokenize` (or it does not answer
+        within `timeout_s`, and at most `TOKENIZE_TIMEOUT_S`)."""
+        reply = await self.post_json(
+            "/tokenize", body, timeout_s=min(timeout_s, TOKENIZE_TIMEOUT_S)
+        )
         count = reply.doc.get("count") if isinstance(reply.doc, dict) else None
         return count if isinstance(count, int) else None
 

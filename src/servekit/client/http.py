@@ -9,7 +9,8 @@ or for the event loop before the write is not counted as server latency; transpo
 cannot tell fall back to the moment before the call), and each arrival time when a piece of
 the response body arrives, before any parsing. Connections are reused by the caller's
 transport. Failures never raise: they come back classified (connect, timeout, http_<status>,
-context_length, stream_cut, malformed_chunk, empty_output, server_error, wrong_content_type).
+context_length, stream_cut, malformed_chunk, empty_output, server_error, wrong_content_type,
+line_too_long, invalid_usage).
 Every call has its own deadline (`timeout_s`), set here and not in the transport.
 """
 
@@ -21,7 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from servekit.client.sse import SseParser
+from servekit.client.sse import SseLineTooLong, SseParser
 from servekit.client.stream import STREAM_CUT, StreamReader, StreamResult
 from servekit.client.transport import ConnectFailed, Disconnected, Transport, TransportError
 
@@ -29,6 +30,7 @@ CONTEXT_LENGTH = "context_length"
 CONNECT = "connect"
 TIMEOUT = "timeout"
 WRONG_CONTENT_TYPE = "wrong_content_type"
+LINE_TOO_LONG = "line_too_long"
 # Answers to a streaming request that are certainly not a stream: a JSON document (the
 # server ignored `stream: true`) or a page (a proxy or gateway). Other types, including
 # none, are read as SSE: the parser classifies what does not parse.
@@ -76,7 +78,8 @@ async def stream_request(
         headers: extra headers (e.g. authorization); never logged.
         timeout_s: total time allowed for the request.
     """
-    reader = StreamReader()
+    limit = body.get("max_tokens")
+    reader = StreamReader(max_tokens=limit if isinstance(limit, int) else None)
     parser = SseParser()
     status: int | None = None
     payload = json.dumps(body).encode()
@@ -107,19 +110,31 @@ async def stream_request(
                     # Yield once so every stream whose bytes arrived in the same poll stamps
                     # them before any of us spends time parsing (stamp first, work later).
                     await asyncio.sleep(0)
-                    for event in parser.feed(piece):
+                    try:
+                        events = parser.feed(piece)
+                    except SseLineTooLong as exc:
+                        for event in exc.events:
+                            reader.feed(event.data, arrived)
+                        failure = (LINE_TOO_LONG, f"{exc}: not an event stream")
+                        break  # leaving the block closes the connection
+                    for event in events:
                         reader.feed(event.data, arrived)
     except TimeoutError:
         cut, failure = True, (TIMEOUT, f"no end within {timeout_s} s")
     except ConnectFailed as exc:
         failure = (CONNECT, exc.text)
     except Disconnected as exc:
-        cut, failure = True, ("", f"connection closed mid-stream ({exc.name})")
+        if status is None:  # no status line and headers: nothing of an answer arrived
+            cut, failure = True, ("", exc.text)
+        else:
+            cut, failure = True, ("", f"connection closed mid-stream ({exc.name})")
     except TransportError as exc:
         cut, failure = True, ("", str(exc))
     end = time.monotonic_ns()
     if failure is None or cut:
         reader.finish(cut=cut)
+    elif failure[0] == LINE_TOO_LONG:
+        reader.finish()
     if failure is not None:
         kind, message = failure
         reader.result.error_kind = kind or reader.result.error_kind
@@ -175,6 +190,8 @@ async def request_json(
         )
     except ConnectFailed as exc:
         return JsonReply(None, None, time.monotonic() - start, CONNECT, exc.text)
+    except Disconnected as exc:
+        return JsonReply(status, None, time.monotonic() - start, STREAM_CUT, exc.text)
     except TransportError as exc:
         return JsonReply(status, None, time.monotonic() - start, STREAM_CUT, str(exc))
     elapsed = time.monotonic() - start

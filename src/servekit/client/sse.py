@@ -5,13 +5,21 @@ CRLF, LF or CR; `data:` lines accumulate (joined by LF) until a blank line dispa
 event; one leading space after the colon is dropped; comment lines (leading `:`) and
 unknown fields are ignored; `event` and `id` are kept. Bytes may be split anywhere, also
 inside a multi-byte UTF-8 character or between CR and LF: the result is the same.
-Invalid UTF-8 is replaced (U+FFFD), never raised.
+Invalid UTF-8 is replaced (U+FFFD), never raised. Memory is bounded: a line, or an
+event's data, longer than `MAX_LINE_CHARS` raises `SseLineTooLong` (a stream line that never
+ends would otherwise grow without limit); the events completed before it ride on the error,
+so the outcome is the same however the bytes are split.
 """
 
 from __future__ import annotations
 
 import codecs
+import contextlib
 from typing import NamedTuple
+
+MAX_LINE_CHARS = 4 * 1024 * 1024
+"""The longest line or event data accepted. An OpenAI-style chunk carries a token or a few
+(a few hundred bytes); even a whole 128k-token answer in one chunk is about 1 MB of JSON."""
 
 
 class SseEvent(NamedTuple):
@@ -22,27 +30,47 @@ class SseEvent(NamedTuple):
     id: str | None = None
 
 
+class SseLineTooLong(ValueError):
+    """A line or an event's data exceeded the parser's limit (a protocol error).
+
+    Attributes:
+        events: the events completed before the offending line, in order.
+    """
+
+    def __init__(self, limit: int, events: list[SseEvent]) -> None:
+        super().__init__(f"an event-stream line or event is longer than {limit} characters")
+        self.events = events
+
+
 class SseParser:
     """Feed bytes as they arrive; get back the events they complete."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_line_chars: int = MAX_LINE_CHARS) -> None:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._buffer = ""
         self._pending_cr = False
         self._data: list[str] = []
+        self._data_chars = 0  # length of the pending event's data as it will be joined
         self._event = ""
         self._id: str | None = None
+        self._limit = max_line_chars
 
     def feed(self, chunk: bytes) -> list[SseEvent]:
-        """Consume bytes; return the events completed by them, in order."""
+        """Consume bytes; return the events completed by them, in order.
+
+        Raises:
+            SseLineTooLong: a line or an event's data passed the limit; the parser holds
+                nothing after it (the stream is to be abandoned).
+        """
         text = self._decoder.decode(chunk)
         return self._consume(text)
 
     def close(self) -> list[SseEvent]:
         """Flush at end of stream. An event without its terminating blank line is dropped,
         as the standard requires; the caller sees the stream as cut."""
-        self._consume(self._decoder.decode(b"", final=True))
-        self._data, self._event = [], ""
+        with contextlib.suppress(SseLineTooLong):  # the unfinished line is dropped anyway
+            self._consume(self._decoder.decode(b"", final=True))
+        self._data, self._data_chars, self._event = [], 0, ""
         return []
 
     @property
@@ -63,6 +91,8 @@ class SseParser:
             buffer = buffer.replace("\r\n", "\n").replace("\r", "\n")
         lines = buffer.split("\n")
         self._buffer = lines.pop()  # the unfinished last line ("" after a line end)
+        if len(buffer) + self._data_chars > self._limit:  # rare: only then count per line
+            return self._consume_bounded(lines)
         events: list[SseEvent] = []
         data = self._data
         for line in lines:
@@ -76,7 +106,36 @@ class SseParser:
             elif not line.startswith(":"):
                 self._field(line, data)
         self._data = data
+        self._data_chars = sum(map(len, data)) + len(data) - 1 if data else 0
         return events
+
+    def _consume_bounded(self, lines: list[str]) -> list[SseEvent]:
+        """`_consume`'s loop one line at a time, checking every length against the limit."""
+        events: list[SseEvent] = []
+        for line in lines:
+            if len(line) > self._limit:
+                self._abandon(events)
+            if not line:
+                if self._data:
+                    events.append(
+                        SseEvent("\n".join(self._data), self._event or "message", self._id)
+                    )
+                    self._data, self._data_chars = [], 0
+                self._event = ""
+            elif not line.startswith(":"):
+                before = len(self._data)
+                self._field(line, self._data)
+                if len(self._data) > before:  # the joined length, with the LF before it
+                    self._data_chars += len(self._data[-1]) + (1 if before else 0)
+                    if self._data_chars > self._limit:
+                        self._abandon(events)
+        if len(self._buffer) > self._limit:
+            self._abandon(events)
+        return events
+
+    def _abandon(self, events: list[SseEvent]) -> None:
+        self._buffer, self._data, self._data_chars = "", [], 0
+        raise SseLineTooLong(self._limit, events)
 
     def _field(self, line: str, data: list[str]) -> None:
         field, sep, value = line.partition(":")

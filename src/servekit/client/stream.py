@@ -4,7 +4,10 @@ Chat and completions chunks are read leniently: `delta.reasoning` (or the older
 `delta.reasoning_content`), `delta.content`, `delta.tool_calls` (reassembled by `index`),
 completions' `text`, `finish_reason`, and `usage` (per chunk with vLLM's
 `continuous_usage_stats`, or once at the end). Nothing here raises on a bad stream: every
-problem is classified into `error_kind`.
+problem is classified into `error_kind`. Usage is checked, not taken at face value: a count
+that is not a non-negative integer (a boolean, a float, -8), a completion count that falls
+from chunk to chunk, exceeds the request's `max_tokens` or is below the number of chunks
+that carried text is `invalid_usage`; data after `[DONE]` is a `malformed_chunk`.
 """
 
 from __future__ import annotations
@@ -18,6 +21,9 @@ import orjson
 MALFORMED_CHUNK = "malformed_chunk"
 STREAM_CUT = "stream_cut"
 EMPTY_OUTPUT = "empty_output"
+INVALID_USAGE = "invalid_usage"
+MAX_USAGE_TOKENS = 2**31
+"""The largest token count believed without a `max_tokens` to check it against."""
 
 
 @dataclass(slots=True)
@@ -63,13 +69,20 @@ class StreamResult:
 class StreamReader:
     """Feed each SSE event's data with its arrival time; call `finish()` at end of stream."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, max_tokens: int | None = None) -> None:
         self.result = StreamResult()
+        self._max_tokens = max_tokens
         self._usage: list[int | None] = []  # cumulative completion tokens seen on each chunk
         self._reasoning_chunks: list[int] = []  # indexes of chunks that were reasoning only
+        self._text_chunks = 0  # chunks with content or reasoning (a tool-call parser may
+        # send a chunk of held-back arguments without a new token: those are not counted)
 
     def feed(self, data: str, arrival_ns: int) -> None:
         """Consume one event's data (`[DONE]` or a JSON chunk); never raises."""
+        if self.result.done:  # a repeated [DONE] is harmless; data after it is not
+            if data.strip() != "[DONE]":
+                self._fail(MALFORMED_CHUNK, "an event after [DONE]")
+            return
         try:
             chunk: Any = orjson.loads(data)
         except orjson.JSONDecodeError as exc:
@@ -99,11 +112,15 @@ class StreamReader:
         usage_tokens = None
         usage = chunk.get("usage")
         if usage and isinstance(usage, dict):
-            prompt = usage.get("prompt_tokens")
-            if isinstance(prompt, int):
+            prompt = self._count(usage, "prompt_tokens", MAX_USAGE_TOKENS)
+            if prompt is not None:
                 r.prompt_tokens = prompt
-            completion = usage.get("completion_tokens")
-            if isinstance(completion, int):
+            limit = MAX_USAGE_TOKENS if self._max_tokens is None else self._max_tokens
+            completion = self._count(usage, "completion_tokens", limit)
+            if completion is not None:
+                if r.completion_tokens is not None and completion < r.completion_tokens:
+                    self._fail(INVALID_USAGE, f"usage completion_tokens fell from "
+                               f"{r.completion_tokens} to {completion}")  # fmt: skip
                 usage_tokens = r.completion_tokens = completion
         if not choices or not isinstance(choices, list):
             return
@@ -115,8 +132,23 @@ class StreamReader:
                 r.first_answer_ns = arrival_ns
             if reasoning and not (content or tools):
                 self._reasoning_chunks.append(len(r.chunk_ns))
+            if reasoning or content:
+                self._text_chunks += 1
             r.chunk_ns.append(arrival_ns)
             self._usage.append(usage_tokens)
+
+    def _count(self, usage: dict[str, Any], name: str, limit: int) -> int | None:
+        """A usage count when it is a plausible one; else None, and the stream is invalid."""
+        value = usage.get(name)
+        if value is None:
+            return None
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= limit:
+            return value
+        shown = repr(value)[:40]
+        why = f"over the {limit} allowed" if isinstance(value, int) and value > limit else ""
+        self._fail(INVALID_USAGE, f"usage {name} is {shown}" + (f", {why}" if why else
+                   ": not a token count"))  # fmt: skip
+        return None
 
     def _deltas(self, choice: Any) -> tuple[str, str, bool]:
         r = self.result
@@ -186,6 +218,12 @@ class StreamReader:
         if r.error_kind is None and not r.chunk_ns:
             self._fail(EMPTY_OUTPUT, "the stream carried no generated token")
         n = len(r.chunk_ns)
+        if r.completion_tokens is not None and r.completion_tokens < self._text_chunks:
+            self._fail(INVALID_USAGE, f"usage counts {r.completion_tokens} completion tokens "
+                       f"but {self._text_chunks} chunks carried text")  # fmt: skip
+        if r.error_kind == INVALID_USAGE:
+            r.completion_tokens = None  # not believed: one token per chunk below
+            self._usage = [None] * n
         if n:
             total = max(r.completion_tokens if r.completion_tokens is not None else n, 0)
             seen = [u for u in self._usage if u is not None]

@@ -35,8 +35,14 @@ def _messages(text: str) -> list[dict[str, Any]]:
 
 
 async def _count(ctx: Context, text: str) -> int | None:
+    """The prompt's tokens by /tokenize, or None; a quarter of the check's time at most, and
+    once /tokenize has failed it is not asked again (a stalled one would eat every check)."""
+    if not ctx.tokenize_ok:
+        return None
     body = {"model": ctx.model, "messages": _messages(text)}
-    return await ctx.server.tokenize(body, timeout_s=ctx.spec.check_timeout_s)
+    count = await ctx.server.tokenize(body, timeout_s=ctx.spec.check_timeout_s / 4)
+    ctx.tokenize_ok = count is not None
+    return count
 
 
 def _needle_prompt(n_words: int) -> str:

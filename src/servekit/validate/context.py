@@ -77,6 +77,7 @@ class Context:
     max_model_len: int | None = None
     metrics_before: Snapshot | None = None
     references: dict[int, str] = field(default_factory=dict)  # ladder prompt -> greedy text
+    tokenize_ok: bool = True  # False once /tokenize failed: it is not asked again
     check: str = ""  # the running check, for the transcript
 
     def body(self, messages: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
