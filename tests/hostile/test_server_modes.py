@@ -70,9 +70,6 @@ BENCH: dict[str, tuple[int, set[str]]] = {
 }
 # modes in which the server is fit to serve as far as validate checks (else exit 3)
 VALIDATE_PASSES = {"ok", "metrics_nan", "metrics_utf8", "stall_tokenize"}
-LEAK_XFAIL = pytest.mark.xfail(
-    strict=True, reason="issue 14 item 1 (redact echoed secrets), merged separately"
-)
 
 
 @dataclass(frozen=True)
@@ -227,15 +224,10 @@ def test_validate_mode(mode: str, runs: Runs) -> None:
         assert any(c["status"] == "fail" for c in checks)
 
 
-def _secret_cases() -> list[Any]:
-    return [
-        pytest.param(command, mode, marks=LEAK_XFAIL if mode == "echo_credentials" else ())
-        for command in ("bench", "validate")
-        for mode in sorted(MODES)
-    ]
-
-
-@pytest.mark.parametrize(("command", "mode"), _secret_cases())
+@pytest.mark.parametrize(
+    ("command", "mode"),
+    [(command, mode) for command in ("bench", "validate") for mode in sorted(MODES)],
+)
 def test_no_secret_in_any_output(command: str, mode: str, runs: Runs) -> None:
     """The API key is in no file the command wrote and not on the terminal, even when the
     server echoes it back."""
