@@ -69,6 +69,37 @@ def available_profiles(extra_dirs: Iterable[str | Path] = ()) -> dict[str, Profi
     return found
 
 
+def check_profile_output(output: Path, *, option: str = "-o") -> None:
+    """Refuse a path a new profile cannot be written to and loaded from again.
+
+    Called before the work that produces the profile, so a bad path costs nothing.
+
+    Raises:
+        UsageError: the file name is not a profile name with a .yaml/.yml suffix, or its
+            directory is missing or not writable.
+    """
+    shown = one_line(repr(str(output)), 120)
+    suffix = output.suffix if output.suffix in {".yaml", ".yml"} else ".yaml"
+    problem = profile_name_problem(output.stem)
+    if output.suffix != suffix or problem is not None:
+        safe = output.with_name(safe_profile_name(output.stem) + suffix)
+        reason = problem or "a profile file ends in .yaml or .yml"
+        raise UsageError(
+            f"{option} {shown} is not a loadable profile file name ({reason})",
+            fix=f"use e.g. {option} {one_line(repr(str(safe)), 120)}",
+        )
+    if not output.parent.is_dir():
+        raise UsageError(
+            f"{option} {shown}: its directory does not exist",
+            fix=f"create the directory first or choose another {option} path",
+        )
+    if not os.access(output.parent, os.W_OK):
+        raise UsageError(
+            f"{option} {shown}: its directory is not writable",
+            fix=f"choose another {option} path",
+        )
+
+
 def load_profile(
     name_or_path: str,
     *,
