@@ -19,11 +19,25 @@ ModelDtype = Literal["bfloat16", "float16"]
 
 # Constraints are metadata on the field types (annotated_types, which pydantic reads), so the
 # profile schema validates these dataclasses directly and no second field list exists.
-Positive = Annotated[int, Gt(0)]
-OptionalPositive = Annotated[int | None, Gt(0)]
 Count = Annotated[int, Ge(0)]
 Milliseconds = Annotated[float, Ge(0)]
 Fraction = Annotated[float, Gt(0), Le(1)]
+# Upper bounds are physical sanity limits far above any released model (the largest have
+# 128 attention heads, 256 experts, a hidden size of 18432 and a 1M vocabulary): a value
+# past them is a typo, and would make the planner compute for hours.
+MAX_HEADS = 1 << 12
+MAX_WIDTH = 1 << 20
+MAX_LAYERS = 1 << 12
+MAX_VOCAB = 1 << 24
+MAX_EXPERTS = 1 << 16
+Heads = Annotated[int, Gt(0), Le(MAX_HEADS)]
+Width = Annotated[int, Gt(0), Le(MAX_WIDTH)]
+OptionalWidth = Annotated[int | None, Gt(0), Le(MAX_WIDTH)]
+WidthCount = Annotated[int, Ge(0), Le(MAX_WIDTH)]
+Layers = Annotated[int, Gt(0), Le(MAX_LAYERS)]
+LayerCount = Annotated[int, Ge(0), Le(MAX_LAYERS)]
+Experts = Annotated[int, Gt(0), Le(MAX_EXPERTS)]
+ExpertCount = Annotated[int, Ge(0), Le(MAX_EXPERTS)]
 
 # pydantic reads `__pydantic_config__` when it validates a plain dataclass: unknown keys in a
 # profile are errors, as for every other profile section.
@@ -36,12 +50,12 @@ class MoeSpec:
 
     __pydantic_config__: ClassVar[dict[str, str]] = _FORBID_EXTRA
 
-    num_experts: Positive
-    top_k: Positive
-    expert_intermediate_size: Positive
-    num_shared_experts: Count = 0
-    shared_expert_intermediate_size: OptionalPositive = None  # defaults to the expert size
-    first_dense_layers: Count = 0  # leading layers with a dense MLP
+    num_experts: Experts
+    top_k: Experts
+    expert_intermediate_size: Width
+    num_shared_experts: ExpertCount = 0
+    shared_expert_intermediate_size: OptionalWidth = None  # defaults to the expert size
+    first_dense_layers: LayerCount = 0  # leading layers with a dense MLP
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,11 +64,11 @@ class MlaSpec:
 
     __pydantic_config__: ClassVar[dict[str, str]] = _FORBID_EXTRA
 
-    kv_lora_rank: Positive
-    qk_rope_head_dim: Positive
-    qk_nope_head_dim: Positive
-    v_head_dim: Positive
-    q_lora_rank: OptionalPositive = None
+    kv_lora_rank: Width
+    qk_rope_head_dim: Width
+    qk_nope_head_dim: Width
+    v_head_dim: Width
+    q_lora_rank: OptionalWidth = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,12 +86,12 @@ class SparseIndexSpec:
 
     __pydantic_config__: ClassVar[dict[str, str]] = _FORBID_EXTRA
 
-    dense_attention_layers: Count
-    index_heads: Positive
-    index_head_dim: Positive
-    sparse_block_size: Positive
-    top_k_blocks: Positive
-    required_block_size: OptionalPositive = None
+    dense_attention_layers: LayerCount
+    index_heads: Heads
+    index_head_dim: Width
+    sparse_block_size: Width
+    top_k_blocks: Width
+    required_block_size: OptionalWidth = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,12 +109,12 @@ class VisionSpec:
 
     __pydantic_config__: ClassVar[dict[str, str]] = _FORBID_EXTRA
 
-    num_layers: Positive
-    hidden_size: Positive
-    intermediate_size: Positive
-    patches_per_token: Positive = 4
-    values_per_patch: Count = 0
-    projector_width: OptionalPositive = None
+    num_layers: Layers
+    hidden_size: Width
+    intermediate_size: Width
+    patches_per_token: Width = 4
+    values_per_patch: WidthCount = 0
+    projector_width: OptionalWidth = None
 
     @property
     def params(self) -> int:
@@ -118,13 +132,13 @@ class ArchitectureSpec:
     __pydantic_config__: ClassVar[dict[str, str]] = _FORBID_EXTRA
 
     attention: AttentionKind = "full"
-    num_layers: Positive
-    hidden_size: Positive
-    num_attention_heads: Positive
-    num_kv_heads: Positive
-    head_dim: Positive
-    vocab_size: Positive
-    intermediate_size: Positive
+    num_layers: Layers
+    hidden_size: Width
+    num_attention_heads: Heads
+    num_kv_heads: Heads
+    head_dim: Width
+    vocab_size: Annotated[int, Gt(0), Le(MAX_VOCAB)]
+    intermediate_size: Width
     tie_word_embeddings: bool = False
     dtype: ModelDtype = "bfloat16"
     moe: MoeSpec | None = None
@@ -174,9 +188,9 @@ class DraftFacts:
 
     params: Count
     dtype: ModelDtype = "bfloat16"
-    num_layers: Count = 1
-    num_kv_heads: Count = 0
-    head_dim: Count = 0
+    num_layers: LayerCount = 1
+    num_kv_heads: Annotated[int, Ge(0), Le(MAX_HEADS)] = 0
+    head_dim: WidthCount = 0
     sources: tuple[str, ...] = ()
 
 

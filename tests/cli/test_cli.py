@@ -64,7 +64,7 @@ def test_misfit_exits_1_with_largest_length() -> None:
     code, _, err = run("plan", "llama-3.1-70b-4xh100", "--set", "max_model_len=2000000")
     assert code == 1
     assert err.startswith("servekit: error: max_model_len 2000000 needs")
-    assert "lower --max-model-len to" in err
+    assert "lower it with --set max_model_len=" in err
     assert len(err.strip().splitlines()) == 1
 
 

@@ -203,11 +203,11 @@ def test_directory_without_shards_raises(tmp_path: Path) -> None:
     [
         (b"\x01\x02", "too short"),
         (b"this is not a safetensors file at all", "over the format's 100000000-byte limit"),
-        (b"\x40\x00\x00\x00\x00\x00\x00\x00{}", "header but the file is"),
-        (struct.pack("<Q", 1000) + b'{"a": {"dtype": "F32"', "1000-byte header"),
+        (b"\x40\x00\x00\x00\x00\x00\x00\x00{}", r"header longer than the file \(10 bytes\)"),
+        (struct.pack("<Q", 1000) + b'{"a": {"dtype": "F32"', "header longer than the file"),
         (framed(b"not json"), "not JSON"),
         (framed(b"[]"), "not a JSON object"),
-        (framed(b'{"a": {"dtype": "F32"}}'), "needs dtype, shape"),
+        (framed(b'{"a": {"dtype": "F32"}}'), "needs a dtype, a shape"),
     ],
     ids=["short", "garbage", "past-end", "truncated-header", "bad-json", "json-array", "bad-entry"],
 )

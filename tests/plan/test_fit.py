@@ -113,7 +113,7 @@ def test_misfit_finds_largest_fitting_length(inputs_for: Build) -> None:
     assert make_plan(dataclasses.replace(inputs, max_model_len=best)).fits
     bigger = dataclasses.replace(inputs, max_model_len=best + inputs.block_size)
     assert not make_plan(bigger).fits
-    assert f"lower --max-model-len to {best}" in plan.warnings[-1]
+    assert f"lower it with --set max_model_len={best}" in plan.warnings[-1]
 
 
 def test_nothing_fits_says_so(inputs_for: Build) -> None:

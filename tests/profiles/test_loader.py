@@ -184,3 +184,62 @@ def test_parallel_sizes_must_use_the_gpus() -> None:
     """TP x PP x DP must equal the GPUs the hardware section declares."""
     with pytest.raises(ConfigError, match=r"= 8 GPUs, but hardware has 4"):
         load_profile("llama-3.1-70b-4xh100", overrides=["tensor_parallel_size=8"])
+
+
+def test_name_mismatch_escapes_and_suggests_a_safe_name(tmp_path: Path) -> None:
+    """A hostile name: is shown escaped, and the fix never proposes it as a file name."""
+    path = _write(tmp_path, "mine", 'name: "../../etc/x\\e[31mred\\n"\n')
+    with pytest.raises(ConfigError) as info:
+        load_profile(str(path))
+    text = str(info.value)
+    assert "\x1b" not in text
+    assert "\n" not in text
+    assert "\\x1b" in text
+    assert info.value.fix == "set name: mine"
+
+
+def test_name_mismatch_with_an_unsafe_file_name(tmp_path: Path) -> None:
+    """A file name that is not a profile name gets a safe name to rename it to."""
+    path = _write(tmp_path, "bad name$(id)", "name: other\n")
+    with pytest.raises(ConfigError) as info:
+        load_profile(str(path))
+    assert info.value.fix == "rename the file to other.yaml"
+    path = _write(tmp_path, "bad name$(id)", "name: ../x\n")
+    with pytest.raises(ConfigError) as info:
+        load_profile(str(path))
+    assert info.value.fix == "set name: bad-name-id and rename the file to bad-name-id.yaml"
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        'model.architecture={"moe": {"bogus": 1}}',
+        "model.path.x=1",
+        "serve_args.max_model_len.x=1",
+        "env.A$B=1",
+    ],
+)
+def test_nested_override_is_blamed_on_the_set_option(override: str) -> None:
+    """A bad nested --set names the --set option, not a line of the built-in profile."""
+    with pytest.raises(ConfigError) as info:
+        load_profile("minimax-m3-mxfp8-8xa800", overrides=[override])
+    assert str(info.value).startswith(f"--set {override}: "), str(info.value)
+
+
+def test_huge_head_count_is_refused_at_once() -> None:
+    """An absurd num_attention_heads is a range error with the value and the bound."""
+    with pytest.raises(ConfigError) as info:
+        load_profile(
+            "minimax-m3-mxfp8-8xa800",
+            overrides=["model.architecture.num_attention_heads=1000000000001"],
+        )
+    assert "(got 1000000000001)" in info.value.message
+    assert info.value.fix == "set model.architecture.num_attention_heads to at most 4096"
+
+
+def test_env_name_with_a_trailing_newline_is_refused(tmp_path: Path) -> None:
+    """An env name ending in a newline is not a variable name ($ must not match before it)."""
+    base = "extends: llama-3.1-70b-4xh100\nname: nl\n"
+    path = _write(tmp_path, "nl", base + 'env:\n  "FOO\\n": "1"\n')
+    with pytest.raises(ConfigError, match="is not a valid variable name"):
+        load_profile(str(path))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import click
@@ -25,6 +26,18 @@ from servekit.report.plan_view import plan_view
 from servekit.results.plan import CheckpointBlock
 from servekit.units import GIB
 
+MAX_NON_TORCH_GIB = 1024.0
+
+
+def _finite(_ctx: click.Context, param: click.Parameter, value: float) -> float:
+    # FloatRange lets NaN through: every comparison with NaN is false
+    if not math.isfinite(value):
+        raise click.BadParameter(
+            f"{value} is not a number of GiB; give e.g. {NON_TORCH_INCREASE_BYTES / GIB:g}",
+            param=param,
+        )
+    return value
+
 
 @click.command("plan")
 @click.argument("profile")
@@ -41,7 +54,8 @@ from servekit.units import GIB
 )
 @click.option(
     "--non-torch-gib",
-    type=click.FloatRange(min=0),
+    type=click.FloatRange(min=0, max=MAX_NON_TORCH_GIB),
+    callback=_finite,
     default=NON_TORCH_INCREASE_BYTES / GIB,
     show_default=True,
     help="Non-torch memory vLLM's profiling adds per GPU.",

@@ -15,7 +15,7 @@ from servekit.cli._output import (
     stdout_console,
 )
 from servekit.errors import ConfigError, UsageError
-from servekit.profiles import load_profile
+from servekit.profiles import check_profile_output, load_profile
 from servekit.report.tables import fit_table
 from servekit.sim.build import build_engine, profile_step_params
 from servekit.sim.fit import (
@@ -74,6 +74,8 @@ def fit_command(
     as_json: bool,
 ) -> None:
     """Fit the step-time model to RUN_DIRs (bench or sim run) and report the error."""
+    if output is not None:
+        check_profile_output(output)  # before the work: a fit can take minutes
     profile = load_profile(profile_name, extra_dirs=profiles_dirs)
     points = _load_points(run_dirs)
     result = fit_step_params(
@@ -88,7 +90,12 @@ def fit_command(
         base = profile.simulator.model_dump(mode="json") if profile.simulator else {}
         source = f"servekit sim fit {' '.join(map(str, run_dirs))}"
         document = fitted_profile(profile.name, output.stem, base, result, source)
-        output.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+        try:
+            output.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot write {output}: {exc.strerror or exc}", fix="choose another -o path"
+            ) from None
     if as_json:
         emit_json(
             {"profile": profile.name, "loss": result.loss, "points": rows,

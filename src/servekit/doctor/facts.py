@@ -73,6 +73,8 @@ class ModelDirReport:
         total_bytes: tensor bytes over the shards.
         error: what was wrong (missing config.json or shard, truncated shard), if anything.
         free_bytes: free space on the file system holding it (or its nearest parent).
+        kind: what is there when it is no directory ("a file", "a symlink loop", ...);
+            None when nothing is.
     """
 
     role: str
@@ -83,6 +85,7 @@ class ModelDirReport:
     total_bytes: int = 0
     error: str | None = None
     free_bytes: int | None = None
+    kind: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

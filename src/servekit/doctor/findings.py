@@ -369,6 +369,16 @@ def model_dir_findings(report: ModelDirReport) -> list[Finding]:
         if report.host_path == report.engine_path
         else f"{report.host_path} (the engine's {report.engine_path})"
     )
+    if not report.exists and report.kind is not None:
+        return [
+            Finding(
+                "model",
+                "error",
+                f"{report.role} path {where} is {report.kind}, not a directory",
+                fix="point it at the checkpoint directory (the one holding config.json): fix the "
+                "path or symlink, set deploy.host_model_dir, or pass --model-dir",
+            )
+        ]
     if not report.exists:
         return [
             Finding(

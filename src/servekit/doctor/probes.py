@@ -24,7 +24,7 @@ from servekit.doctor.facts import (
     ShmReport,
 )
 from servekit.errors import ModelDirError
-from servekit.plan.checkpoint import read_checkpoint
+from servekit.plan.checkpoint import path_kind, read_checkpoint
 from servekit.profiles.schema import Profile
 from servekit.render._container import host_path
 
@@ -175,8 +175,10 @@ def probe_shm(path: str = "/dev/shm") -> ShmReport:  # noqa: S108 - its size onl
 def probe_model_dir(role: str, engine_path: str, host: str) -> ModelDirReport:
     """Read a model directory's config, index and safetensors headers (no tensor data)."""
     free = _free_bytes(Path(host))
-    if not Path(host).is_dir():
-        return ModelDirReport(role, engine_path, host, exists=False, free_bytes=free)
+    kind = path_kind(Path(host))
+    if kind != "a directory":
+        found = None if kind == "missing" else kind
+        return ModelDirReport(role, engine_path, host, exists=False, free_bytes=free, kind=found)
     try:
         checkpoint = read_checkpoint(host)
     except ModelDirError as exc:

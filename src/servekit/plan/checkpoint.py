@@ -12,9 +12,12 @@ against the planner's per-group weight estimate.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
 import re
+import stat
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -72,6 +75,10 @@ _DENSE_MLP = frozenset({"mlp", "feed_forward", "ffn"})
 _NORM = re.compile(r"norm|^ln(_|$)")
 _SCALE = re.compile(r"(^|_)scale(_inv|_\d+)?$")
 _MAX_NAMED = 10  # missing shards named in an error before "and N more"
+MAX_JSON_BYTES = (
+    64 << 20
+)  # config.json and the index are kilobytes; an index of 100k tensors ~10 MB
+_MAX_SHOWN = 80  # characters of a name or value from a file shown in an error
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,14 +157,17 @@ def read_checkpoint(model_dir: str | Path) -> CheckpointInfo:
             file, or a byte count that disagrees with dtype x shape).
     """
     root = Path(model_dir)
-    if not root.is_dir():
+    kind = path_kind(root)
+    if kind != "a directory":
+        what = "does not exist" if kind == "missing" else f"is {kind}, not a directory"
         raise ModelDirError(
-            f"model directory {root} does not exist",
-            fix="pass --model-dir a downloaded checkpoint directory",
+            f"model directory {root} {what}",
+            fix="pass --model-dir a downloaded checkpoint directory (the one holding config.json)",
         )
-    config = _read_json_object(root / CONFIG_FILE, what="model config")
+    allowed = _allowed_roots(root)
+    config = _read_json_object(root / CONFIG_FILE, what="model config", allowed=allowed)
     tensors: list[_Tensor] = []
-    shards = _shard_paths(root)
+    shards = _shard_paths(root, allowed)
     for shard in shards:
         tensors.extend(_read_header(shard))
     return _summarize(root, config, tensors, shard_count=len(shards))
@@ -190,18 +200,106 @@ def _summarize(
     )
 
 
-def _read_json_object(path: Path, *, what: str) -> dict[str, Any]:
-    if not path.is_file():
+def path_kind(path: Path) -> str:
+    """What is at `path`, for messages: "a directory", "a file", "missing", "a symlink loop",
+    "a broken symlink", "a FIFO", "a socket", "a device" or "unreadable (...)"."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a symlink loop"
+        if os.path.islink(path):
+            return "a broken symlink"
+        if exc.errno in {errno.ENOENT, errno.ENOTDIR}:
+            return "missing"
+        return f"unreadable ({exc.strerror or exc})"
+    except ValueError:  # an embedded NUL byte
+        return "missing"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISREG(mode):
+        return "a file"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a device"
+
+
+def _shown(text: object) -> str:
+    """A name or value read from a file, for an error: escaped and bounded."""
+    shown = repr(text)
+    return shown if len(shown) <= _MAX_SHOWN else shown[: _MAX_SHOWN - 3] + "..."
+
+
+def _allowed_roots(root: Path) -> tuple[Path, ...]:
+    """Where files of the checkpoint may resolve: the directory itself, and for a Hugging
+    Face cache snapshot (`models--org--name/snapshots/REV`, whose files are symlinks into
+    `../../blobs`) that repository's blob store."""
+    real = root.resolve()
+    blobs = real.parent.parent / "blobs"
+    if real.parent.name == "snapshots" and blobs.is_dir():
+        return (real, blobs.resolve())
+    return (real,)
+
+
+def _inside(root: Path, name: str, allowed: tuple[Path, ...], *, what: str) -> Path:
+    """`root / name`, refused unless it is a relative path resolving inside the checkpoint.
+
+    Raises:
+        ModelDirError: an absolute or `..` path, or a symlink resolving elsewhere.
+    """
+    fix = "re-download the checkpoint; every file it uses must be inside the model directory"
+    parts = Path(name).parts if name and "\x00" not in name else ()
+    if not parts or Path(name).is_absolute() or ".." in parts:
+        raise ModelDirError(f"{root}: {what} {_shown(name)} is not a path inside it", fix=fix)
+    path = root / name
+    try:
+        real = path.resolve()
+    except (OSError, RuntimeError):  # a symlink loop (RuntimeError before Python 3.13)
+        raise ModelDirError(f"{root}: {what} {_shown(name)} is a symlink loop", fix=fix) from None
+    if not any(real.is_relative_to(base) for base in allowed):
+        raise ModelDirError(
+            f"{root}: {what} {_shown(name)} resolves outside the model directory", fix=fix
+        )
+    return path
+
+
+def _read_json_object(path: Path, *, what: str, allowed: tuple[Path, ...]) -> dict[str, Any]:
+    kind = path_kind(path)
+    if kind == "missing":
         raise ModelDirError(
             f"{what} {path.name} is missing from {path.parent}",
             fix="download the complete checkpoint or pass --model-dir a complete one",
         )
+    _inside(path.parent, path.name, allowed, what=what)
+    if kind != "a file":
+        raise ModelDirError(f"{what} {path} is {kind}, not a file", fix="re-download the file")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        with path.open("rb") as f:
+            raw = f.read(MAX_JSON_BYTES + 1)
+    except OSError as exc:
         raise ModelDirError(
-            f"{what} {path} is not readable JSON ({exc})",
-            fix="re-download the file",
+            f"{what} {path} cannot be read ({exc.strerror or 'error'})", fix="check its permissions"
+        ) from None
+    if len(raw) > MAX_JSON_BYTES:
+        raise ModelDirError(
+            f"{what} {path} is over {MAX_JSON_BYTES} bytes", fix="re-download the file"
+        )
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ModelDirError(
+            f"{what} {path} is not UTF-8 text (byte {exc.start})", fix="re-download the file"
+        ) from None
+    except (json.JSONDecodeError, RecursionError) as exc:
+        where = (
+            f" (line {exc.lineno} column {exc.colno})"
+            if isinstance(exc, json.JSONDecodeError)
+            else ""
+        )
+        raise ModelDirError(
+            f"{what} {path} is not valid JSON{where}", fix="re-download the file"
         ) from None
     if not isinstance(data, dict):
         raise ModelDirError(
@@ -211,26 +309,29 @@ def _read_json_object(path: Path, *, what: str) -> dict[str, Any]:
     return data
 
 
-def _shard_paths(root: Path) -> list[Path]:
+def _shard_paths(root: Path, allowed: tuple[Path, ...]) -> list[Path]:
     index_path = root / INDEX_FILE
-    if not index_path.exists():
+    if path_kind(index_path) == "missing":
         shards = sorted(root.glob("*.safetensors"))
         if not shards:
             raise ModelDirError(
                 f"{root} holds no *.safetensors files",
                 fix="download the checkpoint's safetensors weights into it",
             )
-        return shards
-    weight_map = _read_json_object(index_path, what="shard index").get("weight_map")
+        return [_inside(root, p.name, allowed, what="shard") for p in shards]
+    weight_map = _read_json_object(index_path, what="shard index", allowed=allowed).get(
+        "weight_map"
+    )
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise ModelDirError(
             f"{index_path} has no weight_map of tensor name -> shard file",
             fix="re-download the index file",
         )
     names = sorted(set(weight_map.values()))
-    missing = [n for n in names if not (root / n).is_file()]
+    shards = [_inside(root, n, allowed, what=f"shard in {INDEX_FILE}") for n in names]
+    missing = [n for n, p in zip(names, shards, strict=True) if path_kind(p) == "missing"]
     if missing:
-        shown = ", ".join(missing[:_MAX_NAMED])
+        shown = ", ".join(_shown(n) for n in missing[:_MAX_NAMED])
         if len(missing) > _MAX_NAMED:
             shown += f" and {len(missing) - _MAX_NAMED} more"
         raise ModelDirError(
@@ -238,12 +339,15 @@ def _shard_paths(root: Path) -> list[Path]:
             f"{INDEX_FILE}: {shown}",
             fix="download the missing shard(s) or pass --model-dir a complete checkpoint",
         )
-    return [root / n for n in names]
+    return shards
 
 
 def _read_header(path: Path) -> list[_Tensor]:
     """Read one shard's header and return its tensors, checking every size."""
     fix = "re-download this shard; it is truncated or not a safetensors file"
+    kind = path_kind(path)
+    if kind != "a file":
+        raise ModelDirError(f"{path} is {kind}, not a safetensors file", fix=fix)
     try:
         file_bytes = path.stat().st_size
         with path.open("rb") as f:
@@ -252,26 +356,27 @@ def _read_header(path: Path) -> list[_Tensor]:
                 raise ModelDirError(
                     f"{path} is {file_bytes} bytes, too short for a safetensors header", fix=fix
                 )
+            # the declared length is the file's first bytes: never shown in a message
             (header_bytes,) = struct.unpack("<Q", prefix)
             if header_bytes > MAX_HEADER_BYTES:
                 raise ModelDirError(
-                    f"{path} declares a {header_bytes}-byte header, over the format's "
-                    f"{MAX_HEADER_BYTES}-byte limit",
+                    f"{path} declares a header over the format's {MAX_HEADER_BYTES}-byte limit",
                     fix=fix,
                 )
             if header_bytes > file_bytes - HEADER_LENGTH_BYTES:
                 raise ModelDirError(
-                    f"{path} declares a {header_bytes}-byte header but the file is "
-                    f"{file_bytes} bytes",
+                    f"{path} declares a header longer than the file ({file_bytes} bytes)",
                     fix=fix,
                 )
             raw = f.read(header_bytes)
     except OSError as exc:
-        raise ModelDirError(f"{path} cannot be read ({exc})", fix="check its permissions") from None
+        raise ModelDirError(
+            f"{path} cannot be read ({exc.strerror or 'error'})", fix="check its permissions"
+        ) from None
     try:
         header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ModelDirError(f"{path} has a header that is not JSON ({exc})", fix=fix) from None
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        raise ModelDirError(f"{path} has a header that is not JSON", fix=fix) from None
     if not isinstance(header, dict):
         raise ModelDirError(f"{path} has a header that is not a JSON object", fix=fix)
     data_bytes = file_bytes - HEADER_LENGTH_BYTES - header_bytes
@@ -284,7 +389,7 @@ def _read_header(path: Path) -> list[_Tensor]:
 
 def _parse_entry(path: Path, name: str, entry: Any, *, data_bytes: int, fix: str) -> _Tensor:
     if not isinstance(entry, dict):
-        raise ModelDirError(f"{path}: tensor {name!r} has a malformed header entry", fix=fix)
+        raise ModelDirError(f"{path}: tensor {_shown(name)} has a malformed header entry", fix=fix)
     dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
     if (
         not isinstance(dtype, str)
@@ -293,13 +398,14 @@ def _parse_entry(path: Path, name: str, entry: Any, *, data_bytes: int, fix: str
         or len(offsets) != 2
     ):
         raise ModelDirError(
-            f"{path}: tensor {name!r} needs dtype, shape and two data_offsets, got {entry!r}",
+            f"{path}: tensor {_shown(name)} needs a dtype, a shape and two data_offsets "
+            "(non-negative integers)",
             fix=fix,
         )
     begin, end = offsets
     if not 0 <= begin <= end <= data_bytes:
         raise ModelDirError(
-            f"{path}: tensor {name!r} has data_offsets [{begin}, {end}] outside the "
+            f"{path}: tensor {_shown(name)} has data_offsets [{begin}, {end}] outside the "
             f"{data_bytes}-byte data section",
             fix=fix,
         )
@@ -309,7 +415,7 @@ def _parse_entry(path: Path, name: str, entry: Any, *, data_bytes: int, fix: str
         expected_bits = math.prod(shape) * bits
         if expected_bits != nbytes * 8:
             raise ModelDirError(
-                f"{path}: tensor {name!r} is {dtype} {shape}, which is "
+                f"{path}: tensor {_shown(name)} is {dtype} {shape}, which is "
                 f"{expected_bits / 8:g} bytes, but its data_offsets span {nbytes} bytes",
                 fix=fix,
             )
@@ -389,8 +495,8 @@ def architecture_from_config(config: Mapping[str, Any]) -> ArchitectureSpec:
         key = ".".join(str(p) for p in first["loc"])
         more = len(exc.errors()) - 1
         raise ModelDirError(
-            f"model config gives an invalid {key}: {first['msg']} (got {first.get('input')!r})"
-            + (f" (+{more} more)" if more else ""),
+            f"model config gives an invalid {key}: {first['msg']} "
+            f"(got {_shown(first.get('input'))})" + (f" (+{more} more)" if more else ""),
             fix="correct config.json or state model.architecture in the profile",
         ) from None
 
@@ -420,7 +526,7 @@ class _Lookup:
                 continue
             if not isinstance(value, int) or isinstance(value, bool):
                 raise ModelDirError(
-                    f"model config key {key!r} is {value!r}, not an integer",
+                    f"model config key {key!r} is {_shown(value)}, not an integer",
                     fix="correct config.json or state model.architecture in the profile",
                 )
             return value

@@ -221,15 +221,15 @@ def misfit_parts(plan: MemoryPlan) -> tuple[str, str]:
     i = plan.inputs
     need = i.max_model_len * plan.kv_bytes_per_token
     have = max(plan.kv_cache_bytes, 0.0)
+    # spelled as the profile overrides `plan` and `doctor` take (--set), not vLLM's flags
+    best = plan.largest_fitting_max_model_len
     fix = (
-        f"lower --max-model-len to {plan.largest_fitting_max_model_len}"
-        if plan.largest_fitting_max_model_len
-        else "use more GPUs or a smaller model"
+        f"lower it with --set max_model_len={best}" if best else "use more GPUs or a smaller model"
     )
     raise_what = (
-        "raise --kv-cache-memory-bytes"
+        "raise --set kv_cache_memory_bytes=BYTES"
         if i.kv_cache_memory_bytes is not None
-        else "raise --gpu-memory-utilization"
+        else "raise --set gpu_memory_utilization=FRACTION"
     )
     return (
         f"max_model_len {i.max_model_len} needs {to_gib(need):.1f} GiB of KV cache per GPU but "

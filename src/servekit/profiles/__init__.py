@@ -3,9 +3,17 @@
 from servekit.profiles.loader import (
     ProfileRef,
     available_profiles,
+    check_profile_output,
     load_profile,
     search_dirs,
 )
 from servekit.profiles.schema import Profile
 
-__all__ = ["Profile", "ProfileRef", "available_profiles", "load_profile", "search_dirs"]
+__all__ = [
+    "Profile",
+    "ProfileRef",
+    "available_profiles",
+    "check_profile_output",
+    "load_profile",
+    "search_dirs",
+]

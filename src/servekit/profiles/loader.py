@@ -15,16 +15,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from servekit.errors import ConfigError, ProfileNotFound, UsageError
-from servekit.profiles.schema import Profile
+from servekit.profiles._yaml import (
+    KeyPath,
+    collect_lines,
+    one_line,
+    parse,
+    parse_value,
+    read_text,
+)
+from servekit.profiles.schema import Profile, profile_name_problem, safe_profile_name
 
 BUILTIN_DIR = Path(__file__).parent / "data"
 PROFILE_PATH_ENV = "SERVEKIT_PROFILE_PATH"
-
-KeyPath = tuple[str | int, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +69,37 @@ def available_profiles(extra_dirs: Iterable[str | Path] = ()) -> dict[str, Profi
     return found
 
 
+def check_profile_output(output: Path, *, option: str = "-o") -> None:
+    """Refuse a path a new profile cannot be written to and loaded from again.
+
+    Called before the work that produces the profile, so a bad path costs nothing.
+
+    Raises:
+        UsageError: the file name is not a profile name with a .yaml/.yml suffix, or its
+            directory is missing or not writable.
+    """
+    shown = one_line(repr(str(output)), 120)
+    suffix = output.suffix if output.suffix in {".yaml", ".yml"} else ".yaml"
+    problem = profile_name_problem(output.stem)
+    if output.suffix != suffix or problem is not None:
+        safe = output.with_name(safe_profile_name(output.stem) + suffix)
+        reason = problem or "a profile file ends in .yaml or .yml"
+        raise UsageError(
+            f"{option} {shown} is not a loadable profile file name ({reason})",
+            fix=f"use e.g. {option} {one_line(repr(str(safe)), 120)}",
+        )
+    if not output.parent.is_dir():
+        raise UsageError(
+            f"{option} {shown}: its directory does not exist",
+            fix=f"create the directory first or choose another {option} path",
+        )
+    if not os.access(output.parent, os.W_OK):
+        raise UsageError(
+            f"{option} {shown}: its directory is not writable",
+            fix=f"choose another {option} path",
+        )
+
+
 def load_profile(
     name_or_path: str,
     *,
@@ -93,8 +129,9 @@ def _resolve(name_or_path: str, dirs: list[str | Path]) -> Path:
     candidate = Path(name_or_path)
     if candidate.suffix in {".yaml", ".yml"} or os.sep in name_or_path:
         if not candidate.is_file():
+            what = "is not a regular file" if candidate.exists() else "does not exist"
             raise ProfileNotFound(
-                f"profile file {name_or_path!r} does not exist",
+                f"profile file {one_line(repr(name_or_path))} {what}",
                 fix="give a path to an existing YAML file or a profile name",
             )
         return candidate
@@ -120,11 +157,7 @@ def _load_merged(path: Path, dirs: list[str | Path], chain: tuple[Path, ...]) ->
     own.lines = {k: v for k, v in own.lines.items() if k[:1] != ("extends",)}
     name = own.data.setdefault("name", path.stem)
     if name != path.stem:
-        raise ConfigError(
-            f"{own.lines.get(('name',), str(path))}: name {name!r} differs from the file name "
-            f"{path.name!r}",
-            fix=f"rename the file to {name}.yaml or set name: {path.stem}",
-        )
+        _name_mismatch(name, path, own.lines.get(("name",), str(path)))
     if parent_name is None:
         return own
     if not isinstance(parent_name, str):
@@ -152,6 +185,26 @@ def _load_merged(path: Path, dirs: list[str | Path], chain: tuple[Path, ...]) ->
     )
 
 
+def _name_mismatch(name: object, path: Path, where: str) -> None:
+    """Raise for a profile whose name differs from its file's; untrusted text is escaped."""
+    shown = one_line(repr(name), 80)
+    stem_ok = profile_name_problem(path.stem) is None
+    name_ok = isinstance(name, str) and profile_name_problem(name) is None
+    if name_ok:
+        fix = (
+            f"rename the file to {name}.yaml or set name: {path.stem}"
+            if stem_ok
+            else (f"rename the file to {name}.yaml")
+        )
+    else:
+        safe = path.stem if stem_ok else safe_profile_name(path.stem)
+        fix = f"set name: {safe}" + ("" if stem_ok else f" and rename the file to {safe}.yaml")
+    raise ConfigError(
+        f"{one_line(where)}: name {shown} differs from the file name {one_line(repr(path.name))}",
+        fix=fix,
+    )
+
+
 def _deep_merge(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
     merged = dict(base)
     for key, value in top.items():
@@ -162,58 +215,16 @@ def _deep_merge(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, An
     return merged
 
 
-_YamlLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-"""libyaml's parser when PyYAML has it (ten times faster than the pure-Python one)."""
-
-
 def _read_yaml(path: Path) -> _Located:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(
-            f"cannot read profile {path}: {exc.strerror}", fix="check the file's permissions"
-        ) from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(
-            f"{path}: not UTF-8 text (byte {exc.start})", fix="save the profile as UTF-8"
-        ) from None
-    loader = _YamlLoader(text)  # one parse: the nodes keep line numbers, data is built from them
-    try:
-        node = loader.get_single_node()
-        data = loader.construct_document(node) if node is not None else None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(f"{where}: invalid YAML: {problem}", fix="fix the syntax") from None
-    finally:
-        loader.dispose()
+    data, node = parse(read_text(path), str(path))
     if not isinstance(data, dict) or node is None:
         raise ConfigError(
             f"{path}: a profile must be a YAML mapping of keys to values",
             fix="start from servekit profiles show NAME",
         )
     lines: dict[KeyPath, str] = {}
-    _collect_lines(node, (), path, lines)
+    collect_lines(node, (), path, lines)
     return _Located(data=data, lines=lines)
-
-
-def _collect_lines(node: yaml.Node, prefix: KeyPath, path: Path, out: dict[KeyPath, str]) -> None:
-    if isinstance(node, yaml.MappingNode):
-        seen: set[str] = set()
-        for key_node, value_node in node.value:
-            key = str(key_node.value)
-            where = f"{path}:{key_node.start_mark.line + 1}"
-            if key in seen:
-                dotted = ".".join(str(p) for p in (*prefix, key))
-                raise ConfigError(f"{where}: {dotted}: duplicate key", fix="keep one of them")
-            seen.add(key)
-            out[(*prefix, key)] = where
-            _collect_lines(value_node, (*prefix, key), path, out)
-    elif isinstance(node, yaml.SequenceNode):
-        for index, item in enumerate(node.value):
-            out[(*prefix, index)] = f"{path}:{item.start_mark.line + 1}"
-            _collect_lines(item, (*prefix, index), path, out)
 
 
 _TOP_LEVEL = set(Profile.model_fields) | {"validate", "bench"}
@@ -228,22 +239,28 @@ def _apply_override(located: _Located, override: str) -> None:
     parts: list[str] = key.strip().split(".")
     if parts[0] not in _TOP_LEVEL:
         parts = ["serve_args", *parts]
+    at = f"--set {one_line(override)}"
     value: Any = raw
     if parts[0] != "env":  # environment values are strings as written
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError:
-            value = raw
+        value = parse_value(raw, at) if raw.strip() else ""
     target = located.data
-    for part in parts[:-1]:
+    for depth, part in enumerate(parts[:-1], start=1):
         child = target.get(part)
-        if not isinstance(child, dict):
+        if not isinstance(child, dict):  # the override replaces what the file had there
             child = {}
             target[part] = child
+            _blame(located.lines, tuple(parts[:depth]), at)
         target = child
     target[parts[-1]] = value
-    located.lines[tuple(parts)] = f"--set {override}"
+    _blame(located.lines, tuple(parts), at)
     located.raw_overrides[tuple(parts)] = raw
+
+
+def _blame(lines: dict[KeyPath, str], key: KeyPath, at: str) -> None:
+    """`key` and everything under it now come from `at`: forget the file's lines there."""
+    for known in [k for k in lines if k[: len(key)] == key]:
+        del lines[known]
+    lines[key] = at
 
 
 def _validate(located: _Located) -> Profile:
@@ -272,27 +289,48 @@ def _set_path(data: dict[str, Any], path: KeyPath, value: object) -> None:
 
 
 def _describe(exc: ValidationError, located: _Located) -> tuple[str, str]:
-    """The first validation problem as (message, fix), counting the others."""
+    """The first validation problem as (message, fix), counting the others; one safe line."""
     errors = exc.errors()
     first = errors[0]
-    loc: KeyPath = tuple(first["loc"])
+    # a dict key's own error is located at (..., key, "[key]"): the key is where it is
+    loc: KeyPath = tuple(p for p in first["loc"] if p != "[key]")
     dotted = ".".join(str(p) for p in loc)
     where = _where(loc, located)
     more = len(errors) - 1
     count = f" (+{more} more problem{'s' * (more > 1)})" if more else ""
+    message, fix = _problem(first, loc, dotted)
+    text = f"{where}: {dotted}: {message}" if dotted else f"{where}: {message}"
+    return one_line(text + count, _MAX_MESSAGE_CHARS), one_line(fix, _MAX_MESSAGE_CHARS)
+
+
+_MAX_MESSAGE_CHARS = 1000
+_BOUNDS = {
+    "greater_than": "a value above",
+    "greater_than_equal": "at least",
+    "less_than": "a value below",
+    "less_than_equal": "at most",
+}
+
+
+def _problem(error: Any, loc: KeyPath, dotted: str) -> tuple[str, str]:
+    kind = error["type"]
     # a plain dataclass section (servekit.specs) reports an unknown key as an unexpected argument
-    if first["type"] in {"extra_forbidden", "unexpected_keyword_argument"}:
+    if kind in {"extra_forbidden", "unexpected_keyword_argument"}:
         allowed = _allowed_keys(loc[:-1])
         close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
-        fix = f"did you mean {close[0]}?" if close else f"allowed keys: {', '.join(allowed)}"
-        return f"{where}: {dotted}: unknown key{count}", fix
-    if first["type"] == "missing":
-        return f"{where}: {dotted}: required key is missing{count}", "add it"
-    message = str(first["msg"]).removeprefix("Value error, ")
-    value = first.get("input")
-    shown = "" if isinstance(value, dict | list) else f" (got {value!r})"
-    text = f"{where}: {dotted}: {message}{shown}" if dotted else f"{where}: {message}"
-    return text + count, f"correct {dotted} there" if dotted else "correct the profile"
+        return "unknown key", f"did you mean {close[0]}?" if close else (
+            f"allowed keys: {', '.join(allowed)}"
+        )
+    if kind == "missing":
+        return "required key is missing", "add it"
+    message = str(error["msg"]).removeprefix("Value error, ")
+    value = error.get("input")
+    plain = isinstance(value, dict | list) or repr(value) in message
+    shown = "" if plain else f" (got {one_line(repr(value), 80)})"
+    if kind in _BOUNDS:
+        limit = next(iter(error.get("ctx", {}).values()), "the bound")
+        return f"{message}{shown}", f"set {dotted} to {_BOUNDS[kind]} {limit}"
+    return f"{message}{shown}", f"correct {dotted} there" if dotted else "correct the profile"
 
 
 def _where(loc: KeyPath, located: _Located) -> str:

@@ -8,16 +8,40 @@ are the dataclasses of `servekit.specs`, validated here as they are (one definit
 
 from __future__ import annotations
 
+import math
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    field_validator,
+    model_validator,
+)
 
 from servekit.specs import ArchitectureSpec, DraftFacts, StepTimeParams
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+_MAX_SUGGESTED_TP = 64
+
+
+def divisors(n: int) -> list[int]:
+    """Every positive divisor of `n` in ascending order, in O(sqrt n) steps."""
+    small: list[int] = []
+    large: list[int] = []
+    for d in range(1, math.isqrt(n) + 1):
+        if n % d == 0:
+            small.append(d)
+            if d != n // d:
+                large.append(n // d)
+    return small + large[::-1]
 
 
 def tensor_parallel_error(
@@ -32,10 +56,10 @@ def tensor_parallel_error(
     """
     heads = arch.num_attention_heads
     if heads % tp:
-        divisors = [d for d in range(1, heads + 1) if heads % d == 0 and d <= 64]
+        sizes = [d for d in divisors(heads) if d <= _MAX_SUGGESTED_TP]
         raise raise_as(
             f"tensor_parallel_size {tp} does not divide the {heads} attention heads; "
-            f"use one of: {', '.join(map(str, divisors))}"
+            f"use one of: {', '.join(map(str, sizes))}"
         )
     kv = arch.num_kv_heads
     if arch.attention != "mla" and kv % tp and tp % kv:
@@ -58,8 +82,8 @@ class HardwareSection(_Strict):
     """The GPUs the deployment runs on."""
 
     gpu: str
-    gpus_per_node: int = Field(gt=0)
-    nodes: int = Field(default=1, gt=0)
+    gpus_per_node: int = Field(gt=0, le=1024)
+    nodes: int = Field(default=1, gt=0, le=1 << 16)
 
 
 class Patch(_Strict):
@@ -87,14 +111,15 @@ class EngineSection(_Strict):
 class ServeArgs(_Strict):
     """`vllm serve` arguments in vLLM's own spelling; rendered in declaration order."""
 
-    block_size: int | None = Field(default=None, gt=0)
-    max_model_len: int = Field(gt=0)
-    tensor_parallel_size: int = Field(default=1, gt=0)
-    pipeline_parallel_size: int | None = Field(default=None, gt=0)
-    data_parallel_size: int | None = Field(default=None, gt=0)
+    # upper bounds: sanity limits far past real deployments (typos, not configurations)
+    block_size: int | None = Field(default=None, gt=0, le=1 << 16)
+    max_model_len: int = Field(gt=0, le=1 << 27)
+    tensor_parallel_size: int = Field(default=1, gt=0, le=1 << 12)
+    pipeline_parallel_size: int | None = Field(default=None, gt=0, le=1 << 12)
+    data_parallel_size: int | None = Field(default=None, gt=0, le=1 << 16)
     enable_expert_parallel: bool | None = None
-    max_num_seqs: int = Field(default=256, gt=0)
-    max_num_batched_tokens: int = Field(default=8192, gt=0)
+    max_num_seqs: int = Field(default=256, gt=0, le=1 << 20)
+    max_num_batched_tokens: int = Field(default=8192, gt=0, le=1 << 27)
     gpu_memory_utilization: float = 0.9
     kv_cache_memory_bytes: int | None = Field(default=None, gt=0)
     served_model_name: str | None = None
@@ -109,7 +134,7 @@ class ServeArgs(_Strict):
     enable_prefix_caching: bool | None = None
     enable_chunked_prefill: bool | None = None
     enforce_eager: bool | None = None
-    max_cudagraph_capture_size: int | None = Field(default=None, gt=0)
+    max_cudagraph_capture_size: int | None = Field(default=None, gt=0, le=1 << 20)
     language_model_only: bool | None = None
     skip_mm_profiling: bool | None = None
     limit_mm_per_prompt: dict[str, JsonValue] | None = None
@@ -138,7 +163,7 @@ class SpeculativeConfig(_Strict):
 
     method: Literal["eagle", "eagle3", "draft_model", "mtp", "ngram", "medusa", "suffix"]
     model: str | None = None
-    num_speculative_tokens: int = Field(gt=0)
+    num_speculative_tokens: int = Field(gt=0, le=1 << 10)
     attention_backend: str | None = None
     draft_tensor_parallel_size: int | None = Field(default=None, gt=0)
     disable_by_batch_size: int | None = Field(
@@ -203,7 +228,40 @@ class BenchDefaults(_Strict):
     per_stream_target_tok_s: float | None = Field(default=None, gt=0)
 
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+MAX_PROFILE_NAME_CHARS = 100
+
+
+def profile_name_problem(name: object) -> str | None:
+    """What makes `name` unusable as a profile (and file) name, or None when it is fine."""
+    if not isinstance(name, str):
+        return f"a profile name must be text, not {type(name).__name__}"
+    if len(name) > MAX_PROFILE_NAME_CHARS:
+        return f"a profile name is at most {MAX_PROFILE_NAME_CHARS} characters"
+    if _PROFILE_NAME.fullmatch(name) is None:
+        return (
+            "a profile name uses letters, digits, '.', '_' and '-', starting with a letter or digit"
+        )
+    return None
+
+
+def safe_profile_name(text: str) -> str:
+    """A valid profile name made from `text` (for suggesting a fix, never a path)."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", text).lstrip(".-_")[:MAX_PROFILE_NAME_CHARS]
+    return safe.rstrip(".-") or "my-profile"
+
+
+def _check_env_name(name: str) -> str:
+    if _ENV_NAME.fullmatch(name) is None:
+        raise ValueError(
+            f"env name {name!r} is not a valid variable name; use letters, digits and "
+            "underscores, not starting with a digit"
+        )
+    return name
+
+
+EnvName = Annotated[str, AfterValidator(_check_env_name)]
 
 
 class Profile(_Strict):
@@ -211,30 +269,19 @@ class Profile(_Strict):
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=MAX_PROFILE_NAME_CHARS)
     description: str = ""
     model: ModelSection
     hardware: HardwareSection
     engine: EngineSection
     serve_args: ServeArgs
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[EnvName, str] = Field(default_factory=dict)
     speculative: Speculative | None = None
     deploy: DeploySection = Field(default_factory=DeploySection)
     validate_defaults: ValidateDefaults = Field(default_factory=ValidateDefaults, alias="validate")
     bench_defaults: BenchDefaults = Field(default_factory=BenchDefaults, alias="bench")
     simulator: SimulatorSection | None = None
     sources: list[str] = Field(default_factory=list)
-
-    @field_validator("env")
-    @classmethod
-    def _env_names_are_variables(cls, value: dict[str, str]) -> dict[str, str]:
-        for name in value:
-            if not _ENV_NAME.match(name):
-                raise ValueError(
-                    f"env name {name!r} is not a valid variable name; use letters, digits "
-                    "and underscores, not starting with a digit"
-                )
-        return value
 
     @model_validator(mode="after")
     def _parallelism_uses_the_gpus(self) -> Profile:

@@ -25,9 +25,9 @@ LIVENESS_PERIOD_S = 30
 PROBE_TIMEOUT_S = 5
 PROBE_FAILURES = 3
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 # Docker's size syntax (units.RAMInBytes), which profiles use for deploy.shm_size.
-_SIZE = re.compile(r"^(\d+(?:\.\d+)?) ?([kmgtp]?)i?b?$", re.IGNORECASE)
+_SIZE = re.compile(r"(\d+(?:\.\d+)?) ?([kmgtp]?)i?b?", re.IGNORECASE)
 _BINARY_UNITS = ("Pi", "Ti", "Gi", "Mi", "Ki")
 
 
@@ -158,7 +158,7 @@ def k8s_quantity(size: str) -> str:
     Raises:
         ConfigError: the text is not a size.
     """
-    match = _SIZE.match(size.strip())
+    match = _SIZE.fullmatch(size.strip())
     if match is None:
         raise ConfigError(
             f"deploy.shm_size {size!r} is not a size", fix="write it like docker does, e.g. 16g"
@@ -179,7 +179,7 @@ def namespace(profile: Profile) -> str:
         ConfigError: the namespace is not a Kubernetes namespace name.
     """
     value = profile.deploy.namespace
-    if not _DNS_LABEL.match(value):
+    if not _DNS_LABEL.fullmatch(value):
         raise ConfigError(
             f"deploy.namespace {value!r} is not a Kubernetes namespace name",
             fix="use up to 63 lowercase letters, digits and '-', starting and ending alphanumeric",

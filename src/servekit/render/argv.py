@@ -17,7 +17,7 @@ from servekit.profiles.schema import Profile, ServeArgs
 FlagGroup = tuple[str, ...]
 """One flag and its value (`("--block-size", "128")`) or a bare flag (`("--enforce-eager",)`)."""
 
-_FLAG_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+_FLAG_NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
 _BACKEND_FLAG = "distributed-executor-backend"
 
 # Flags servekit writes itself: an extra_args entry with one of these names would either
@@ -160,7 +160,7 @@ def _kebab(name: str) -> str:
 
 def _extra_flag_name(raw_name: str) -> str:
     name = _kebab(raw_name.lstrip("-"))
-    if not _FLAG_NAME.match(name):
+    if not _FLAG_NAME.fullmatch(name):
         raise ConfigError(
             f"serve_args.extra_args: {raw_name!r} is not a vLLM flag name",
             fix="write the flag's name as vLLM spells it, e.g. disable-log-requests",

@@ -35,15 +35,15 @@ LABEL_PROFILE = "io.servekit.profile"
 LABEL_BASE = "io.servekit.base-image"
 LABEL_OCI_BASE = "org.opencontainers.image.base.name"
 
-_PATCH_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_PATCH_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 # An image reference as docker parses it: [registry[:port]/]path[:tag][@digest].
 _HOST = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
 _PATH_PART = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _NAME = rf"(?:{_HOST}(?:\.{_HOST})*(?::[0-9]+)?/)?{_PATH_PART}(?:/{_PATH_PART})*"
 _TAG = r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
 _DIGEST = r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?"
-_IMAGE_REFERENCE = re.compile(rf"^{_NAME}{_TAG}{_DIGEST}$")
-_TAG_REFERENCE = re.compile(rf"^{_NAME}{_TAG}$")
+_IMAGE_REFERENCE = re.compile(rf"{_NAME}{_TAG}{_DIGEST}")
+_TAG_REFERENCE = re.compile(rf"{_NAME}{_TAG}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,7 +278,7 @@ def _check_patch_names(names: Sequence[str]) -> None:
     # Names become file names, label items and words of the apply script.
     seen: set[str] = set()
     for name in names:
-        if not _PATCH_NAME.match(name):
+        if not _PATCH_NAME.fullmatch(name):
             raise ConfigError(
                 f"patch name {name!r} is not a file-safe word",
                 fix="use letters, digits, '.', '_' and '-', starting with a letter or digit",
@@ -292,7 +292,7 @@ def _check_patch_names(names: Sequence[str]) -> None:
 
 
 def _check_reference(field: str, value: str, pattern: re.Pattern[str]) -> None:
-    if not pattern.match(value):
+    if not pattern.fullmatch(value):
         raise ConfigError(
             f"{field} {value!r} is not a docker image reference",
             fix="write it as [registry/]name[:tag], e.g. vllm/vllm-openai:v0.25.1",
