@@ -80,19 +80,30 @@ class RecordFormatError(ServekitError):
     """A records.jsonl line is not a valid RequestRecord."""
 
 
-def record_from_json(line: str, *, where: str = "record") -> RequestRecord:
+def record_from_json(line: str | bytes, *, where: str = "record") -> RequestRecord:
     """Parse and validate one JSON line into a RequestRecord.
 
     Raises:
-        RecordFormatError: the line is not JSON or not a valid record.
+        RecordFormatError: the line is not JSON or not a valid record (one line: where,
+            the first problem, and how many more there are).
     """
     try:
         return _ADAPTER.validate_json(line)
     except ValidationError as exc:
         raise RecordFormatError(
-            f"{where}: not a valid request record ({exc})",
+            f"{where}: not a valid request record ({_first_problem(exc)})",
             fix="pass records.jsonl as servekit bench or sim run wrote it",
         ) from None
+
+
+def _first_problem(exc: ValidationError) -> str:
+    """The first validation problem in one short line (keys from the file are escaped)."""
+    err = exc.errors(include_url=False, include_input=False)[0]
+    where = ".".join(str(part) for part in err["loc"])
+    where = where.encode("unicode_escape").decode("ascii")
+    where = where if len(where) <= 60 else where[:57] + "..."
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"{where + ': ' if where else ''}{err['msg']}{more}"
 
 
 _ADAPTER = TypeAdapter(RequestRecord)
