@@ -10,6 +10,8 @@ import click
 
 from servekit import __version__
 from servekit.analyze.summarize import parse_slo
+from servekit.bench.resummarize import resummarize as rebuild_summary_files
+from servekit.bench.store import RECORDS_FILE, dropped_warning
 from servekit.bench.summary import run_bench
 from servekit.cli._bench_spec import bench_inputs
 from servekit.cli._output import (
@@ -18,6 +20,7 @@ from servekit.cli._output import (
     profiles_dir_option,
     stdout_console,
 )
+from servekit.errors import UsageError
 from servekit.report.live import LiveProgress
 from servekit.report.tables import points_table
 from servekit.results.summary import Summary
@@ -66,11 +69,34 @@ from servekit.results.summary import Summary
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--api-key-env", default="OPENAI_API_KEY", show_default=True,
               help="Environment variable holding the API key (never written anywhere).")
-@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path))
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
+              help="Run directory (required): records.jsonl, summary.json/.csv/.md, run.json.")
+@click.option("--force", is_flag=True,
+              help="Replace the results a previous run left in --out (refused without it).")
+@click.option("--resummarize", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
+              help="Send nothing: rebuild DIR's summary from run.json and records.jsonl (a run "
+                   "stopped by kill -9); a torn last records line is skipped.")
 @json_option
-def bench_command(as_json: bool, out: Path, slo: str | None, **opts: Any) -> None:
+def bench_command(
+    as_json: bool, out: Path | None, slo: str | None, force: bool, resummarize: Path | None,
+    **opts: Any,
+) -> None:
     # fmt: on
-    """Load-test a server: exact streaming timing, per-request records, summary per point."""
+    """Load-test a server: exact streaming timing, per-request records, summary per point.
+
+    Ctrl-C or SIGTERM stops sending, keeps what finished and writes the summary (exit 130
+    for Ctrl-C, 143 for SIGTERM). Results already in --out are never replaced without
+    --force.
+    """
+    if resummarize is not None:
+        summary, dropped = rebuild_summary_files(resummarize, force=force)
+        if dropped:
+            warning = dropped_warning(resummarize / RECORDS_FILE, dropped)
+            click.echo(f"servekit: warning: {warning}", err=True)
+        _show(summary, as_json)
+        return
+    if out is None:
+        raise UsageError("--out DIR is required", fix="name the run directory, e.g. --out runs/c16")
     spec, points, prof = bench_inputs(opts)
     objectives = parse_slo(slo, name="--slo") if slo else None
     written: list[Summary] = []  # the summary, also when the sweep stops and raises
@@ -79,7 +105,7 @@ def bench_command(as_json: bool, out: Path, slo: str | None, **opts: Any) -> Non
             run_bench(
                 spec, points, out, version=__version__, slo=objectives, live=live,
                 profile=prof.name if prof else None, command=["servekit", *sys.argv[1:]],
-                on_summary=written.append,
+                on_summary=written.append, force=force,
             )
     finally:
         if written:
