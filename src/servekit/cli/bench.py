@@ -10,8 +10,6 @@ import click
 
 from servekit import __version__
 from servekit.analyze.summarize import parse_slo
-from servekit.bench.resummarize import resummarize as rebuild_summary_files
-from servekit.bench.store import RECORDS_FILE, dropped_warning
 from servekit.bench.summary import run_bench
 from servekit.cli._bench_spec import bench_inputs
 from servekit.cli._output import (
@@ -20,6 +18,7 @@ from servekit.cli._output import (
     profiles_dir_option,
     stdout_console,
 )
+from servekit.cli._rebuild import rebuild_summary
 from servekit.errors import UsageError
 from servekit.report.live import LiveProgress
 from servekit.report.tables import points_table
@@ -74,27 +73,17 @@ from servekit.results.summary import Summary
 @click.option("--force", is_flag=True,
               help="Replace the results a previous run left in --out (refused without it).")
 @click.option("--resummarize", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
-              help="Send nothing: rebuild DIR's summary from run.json and records.jsonl (a run "
-                   "stopped by kill -9); a torn last records line is skipped.")
+              help="Send nothing; rebuild DIR's summary from run.json and records.jsonl.")
 @json_option
-def bench_command(
-    as_json: bool, out: Path | None, slo: str | None, force: bool, resummarize: Path | None,
-    **opts: Any,
-) -> None:
+def bench_command(as_json: bool, out: Path | None, slo: str | None, force: bool,
+                  resummarize: Path | None, **opts: Any) -> None:
     # fmt: on
     """Load-test a server: exact streaming timing, per-request records, summary per point.
 
-    Ctrl-C or SIGTERM stops sending, keeps what finished and writes the summary (exit 130
-    for Ctrl-C, 143 for SIGTERM). Results already in --out are never replaced without
-    --force.
+    Ctrl-C (exit 130) or SIGTERM (exit 143) stops it and writes the summary of what finished.
     """
     if resummarize is not None:
-        summary, dropped = rebuild_summary_files(resummarize, force=force)
-        if dropped:
-            warning = dropped_warning(resummarize / RECORDS_FILE, dropped)
-            click.echo(f"servekit: warning: {warning}", err=True)
-        _show(summary, as_json)
-        return
+        return _show(rebuild_summary(resummarize, force=force), as_json)
     if out is None:
         raise UsageError("--out DIR is required", fix="name the run directory, e.g. --out runs/c16")
     spec, points, prof = bench_inputs(opts)
