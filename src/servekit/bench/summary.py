@@ -206,9 +206,13 @@ def run_bench(
 
         stopped: ServekitError | None = None
         crash: Exception | None = None
+        signals.forward = False  # while worker processes start, a SIGTERM is only noted
         with RecordWriter(out, force=force) as writer, _pool(spec) as pool:
-            write_run_info(out, summarize([]), points, [])
             try:
+                write_run_info(out, summarize([]), points, [])
+                signals.forward = True
+                if signals.terminated:  # it came while the pool started
+                    raise KeyboardInterrupt
                 run = run_points(
                     spec,
                     points,
