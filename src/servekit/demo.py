@@ -4,13 +4,16 @@ plan and render the MiniMax-M3 profile -> start the simulator with EAGLE3 -> val
 sweep concurrency at temperature 0.7 and 0.0 -> restart without EAGLE3 -> sweep again ->
 compare -> report. The live simulator runs faster than real time (`--time-scale`); every
 figure the demo prints is converted back to simulated time (analyze.timescale) and says so.
-Every process the demo starts is stopped when it ends, also on errors and Ctrl-C.
+Every process the demo starts is stopped when it ends, also on errors and Ctrl-C. Output
+goes to `--out` (out/demo); a second demo there replaces the first one's output, which it
+recognises by the marker file it writes, and it refuses any other non-empty directory.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -26,7 +29,7 @@ from servekit.analyze.timescale import to_simulated_time
 from servekit.bench.spec import BenchSpec, PointSpec
 from servekit.bench.store import write_summary, write_summary_tables
 from servekit.bench.summary import run_bench
-from servekit.errors import ChecksFailed, SimulationError
+from servekit.errors import ChecksFailed, ServekitError, SimulationError
 from servekit.hardware import lookup_gpu
 from servekit.plan import make_plan, plan_inputs
 from servekit.profiles import Profile, load_profile
@@ -39,6 +42,45 @@ from servekit.validate.runner import run_checks, validate_document
 
 PROFILE = REFERENCE_PROFILE
 NO_EAGLE3 = f"{PROFILE}-no-eagle3"
+MARKER = ".servekit-demo"  # marks a directory as the demo's own output
+ENTRIES = ("launch", "validate", "eagle3-t0.7", "eagle3-t0.0", "no-eagle3-t0.7", "report")
+
+
+def prepare_out(out: Path) -> None:
+    """Make `out` ready for a demo, before any work starts.
+
+    A new or empty directory becomes the demo's (it gets the marker file). One that holds
+    the marker has the demo's previous output removed: only the entries the demo writes
+    (`ENTRIES`), never anything else in it. Any other non-empty directory is refused.
+
+    Raises:
+        ServekitError: `out` is a file, a non-empty directory the demo did not write, or
+            cannot be written.
+    """
+    fix = "pass --out with a new or empty directory"
+    try:
+        if out.exists() and not out.is_dir():
+            raise ServekitError(f"demo --out {out} is not a directory", fix=fix)
+        if out.is_dir() and any(out.iterdir()):
+            if not (out / MARKER).is_file():
+                raise ServekitError(
+                    f"demo --out {out} is not empty and holds no {MARKER} marker (servekit "
+                    "demo did not write it); it is left alone",
+                    fix=fix,
+                )
+            for name in ENTRIES:
+                path = out / name
+                if path.is_symlink() or path.is_file():
+                    path.unlink()
+                elif path.is_dir():
+                    shutil.rmtree(path)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / MARKER).write_text(
+            "written by servekit demo; the next demo into this directory replaces its output\n",
+            encoding="utf-8",
+        )
+    except OSError as exc:
+        raise ServekitError(f"cannot write demo output in {out}: {exc.strerror}", fix=fix) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +215,8 @@ def run_demo(
     demo = QUICK if quick else FULL
     started = time.monotonic()
     on, off = load_profile(PROFILE), load_profile(NO_EAGLE3)
-    out.mkdir(parents=True, exist_ok=True)
+    prepare_out(out)
+    say(f"output: {out} (the next demo into it replaces it)")
     for line in plan_lines(on):
         say(line)
     launch = out / "launch"

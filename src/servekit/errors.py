@@ -71,6 +71,13 @@ class Interrupted(ServekitError):
     exit_code = 130
 
 
+class Terminated(Interrupted):
+    """A run was stopped by SIGTERM (docker stop, Kubernetes, timeout); what finished was
+    kept. Exit code 143 (128 + SIGTERM), as a shell reports a process SIGTERM ended."""
+
+    exit_code = 143
+
+
 class ChecksFailed(ServekitError):
     """One or more checks ran and failed.
 

@@ -74,25 +74,66 @@ class RequestRecord:
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(RequestRecord))
+_INT_FIELDS = (
+    "scheduled_ns", "sent_ns", "first_token_ns", "first_answer_ns", "end_ns",
+    "prompt_tokens", "output_tokens", "reasoning_tokens",
+)  # fmt: skip
 
 
 class RecordFormatError(ServekitError):
     """A records.jsonl line is not a valid RequestRecord."""
 
 
-def record_from_json(line: str, *, where: str = "record") -> RequestRecord:
+def record_from_json(line: str | bytes, *, where: str = "record") -> RequestRecord:
     """Parse and validate one JSON line into a RequestRecord.
 
     Raises:
-        RecordFormatError: the line is not JSON or not a valid record.
+        RecordFormatError: the line is not JSON or not a valid record (one line: where,
+            the first problem, and how many more there are).
     """
     try:
-        return _ADAPTER.validate_json(line)
+        record = _ADAPTER.validate_json(line)
     except ValidationError as exc:
         raise RecordFormatError(
-            f"{where}: not a valid request record ({exc})",
+            f"{where}: not a valid request record ({_first_problem(exc)})",
             fix="pass records.jsonl as servekit bench or sim run wrote it",
         ) from None
+    if problem := _inconsistency(record):
+        raise RecordFormatError(
+            f"{where}: not a valid request record ({problem})",
+            fix="pass records.jsonl as servekit bench or sim run wrote it",
+        )
+    return record
+
+
+_INT64 = range(-(2**63), 2**63)
+
+
+def _inconsistency(record: RequestRecord) -> str | None:
+    """What no record servekit writes can hold: chunk lists of different lengths, or an
+    integer past 64 bits (the analysis keeps times and counts in int64 arrays)."""
+    if len(record.chunk_ns) != len(record.chunk_tokens):
+        return (
+            f"{len(record.chunk_ns)} chunk_ns but {len(record.chunk_tokens)} chunk_tokens; "
+            "they pair up"
+        )
+    for name in _INT_FIELDS:
+        value = getattr(record, name)
+        if value is not None and value not in _INT64:
+            return f"{name}: outside the 64-bit integer range"
+    if any(v not in _INT64 for v in (*record.chunk_ns, *record.chunk_tokens)):
+        return "chunk_ns or chunk_tokens: a value outside the 64-bit integer range"
+    return None
+
+
+def _first_problem(exc: ValidationError) -> str:
+    """The first validation problem in one short line (keys from the file are escaped)."""
+    err = exc.errors(include_url=False, include_input=False)[0]
+    where = ".".join(str(part) for part in err["loc"])
+    where = where.encode("unicode_escape").decode("ascii")
+    where = where if len(where) <= 60 else where[:57] + "..."
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"{where + ': ' if where else ''}{err['msg']}{more}"
 
 
 _ADAPTER = TypeAdapter(RequestRecord)

@@ -1,4 +1,10 @@
-"""Run directories (shell): records appended and flushed per request, summaries written whole."""
+"""Run directories (shell): records appended and flushed per request, summaries written whole.
+
+A run directory's results are never replaced without `force` (`--force`): a second run into
+the same `--out` is refused before it starts, naming the file that is there. Everything read
+back goes through `_files`: regular files only, bounded in size and line length, and every
+failure is one ServekitError line.
+"""
 
 from __future__ import annotations
 
@@ -6,34 +12,90 @@ import csv
 import io
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
 from servekit.analyze.point_columns import point_headers, point_rows
+from servekit.bench._files import iter_lines, read_json_document
 from servekit.errors import ServekitError
-from servekit.records import RequestRecord, record_from_json
+from servekit.records import RecordFormatError, RequestRecord, record_from_json
 from servekit.redaction import Redactor
 from servekit.results.summary import Summary, SummaryPoint, load_summary
+from servekit.results.validate import ValidateDocument, load_validate
 
 RECORDS_FILE = "records.jsonl"
 SUMMARY_FILE = "summary.json"
+RUN_INFO_FILE = "run.json"
+VALIDATE_FILE = "validate.json"
+# What a bench or sim run writes; a second run into the directory must not replace them.
+RUN_FILES = (RECORDS_FILE, SUMMARY_FILE, "summary.csv", "summary.md", RUN_INFO_FILE)
+VALIDATE_FILES = (VALIDATE_FILE, "transcripts.jsonl")
+_RUN_FIX = "pass a run directory written by servekit bench or servekit sim run"
+
+
+def existing_results(run_dir: Path, names: Iterable[str]) -> list[str]:
+    """The result files of `names` that `run_dir` already holds (an empty file is none)."""
+    found = []
+    for name in names:
+        path = run_dir / name
+        if path.is_symlink() or (path.exists() and (not path.is_file() or path.stat().st_size)):
+            found.append(name)
+    return found
+
+
+def check_run_dir(run_dir: Path, names: Iterable[str], *, force: bool) -> None:
+    """Refuse to write into a directory that holds results, unless `force`.
+
+    Raises:
+        ServekitError: `run_dir` is a file, or holds one of `names` and `force` is off.
+    """
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ServekitError(f"{run_dir} is not a directory", fix="choose a directory for --out")
+    found = existing_results(run_dir, names)
+    if found and not force:
+        raise ServekitError(
+            f"{run_dir} already holds a run ({found[0]} exists); it is not replaced",
+            fix="pass --force to replace it, or choose another --out directory",
+        )
+
+
+def clear_results(run_dir: Path, names: Iterable[str]) -> None:
+    """Remove the result files `names` from `run_dir` (`--force`): nothing else is touched.
+
+    Raises:
+        ServekitError: one of them is a directory or cannot be removed.
+    """
+    for name in names:
+        path = run_dir / name
+        if path.is_dir() and not path.is_symlink():
+            raise ServekitError(f"{path} is a directory", fix="choose another --out directory")
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as exc:
+            raise ServekitError(
+                f"cannot replace {path}: {exc.strerror}", fix="choose another --out directory"
+            ) from None
 
 
 class RecordWriter:
     """Append records to DIR/records.jsonl, one line each, flushed as each is written, with
-    the run's secrets (`redactor`) removed from whatever text a record holds."""
+    the run's secrets (`redactor`) removed from whatever text a record holds.
 
-    def __init__(self, run_dir: Path, redactor: Redactor | None = None) -> None:
+    With `force` the run's previous results (`RUN_FILES`) are removed first; without it a
+    directory that holds any of them is refused.
+    """
+
+    def __init__(
+        self, run_dir: Path, redactor: Redactor | None = None, *, force: bool = False
+    ) -> None:
+        check_run_dir(run_dir, RUN_FILES, force=force)
         self._redactor = redactor or Redactor()
         path = run_dir / RECORDS_FILE
-        if path.is_file() and path.stat().st_size > 0:
-            raise ServekitError(
-                f"{run_dir} already holds a run ({RECORDS_FILE} is not empty)",
-                fix="choose a new --out directory or remove the old run",
-            )
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
+            clear_results(run_dir, RUN_FILES)
             self._file = path.open("a", encoding="utf-8")
         except OSError as exc:
             raise ServekitError(
@@ -64,47 +126,81 @@ class RecordWriter:
         self.close()
 
 
-def read_records(run_dir: Path) -> list[RequestRecord]:
+@dataclass(frozen=True, slots=True)
+class RecordsRead:
+    """The records of a run directory, and how many torn last lines were skipped."""
+
+    records: list[RequestRecord]
+    dropped: int = 0
+
+
+def load_records(run_dir: Path, *, torn_tail: bool = True) -> RecordsRead:
     """Read every record of a run directory, validating each line.
+
+    A run killed mid-write (kill -9, a full disk) can leave its last line cut short: with
+    `torn_tail` an unparsable last line without its newline is skipped and counted in
+    `dropped`. Any other bad line is an error.
+
+    Raises:
+        ServekitError: not a readable regular file, a line too long, or a line that is not
+            a valid record (the message names the file and the line number).
+    """
+    path = run_dir / RECORDS_FILE
+    records: list[RequestRecord] = []
+    fix = "pass records.jsonl as servekit bench or sim run wrote it"
+    for number, line, ended in iter_lines(path, fix=fix):
+        if not line.strip():
+            continue
+        try:
+            records.append(record_from_json(line, where=f"{path}:{number}"))
+        except RecordFormatError:
+            if torn_tail and not ended:  # the last line, cut short while it was written
+                return RecordsRead(records, dropped=1)
+            raise
+    return RecordsRead(records)
+
+
+def dropped_warning(path: Path, dropped: int) -> str:
+    """The warning for torn last lines skipped while reading records."""
+    lines = "line" if dropped == 1 else "lines"
+    return f"{path}: dropped {dropped} torn last {lines} (the run was stopped while writing it)"
+
+
+def read_records(run_dir: Path) -> list[RequestRecord]:
+    """Read every record of a run directory; every line must be a valid record.
 
     Raises:
         ServekitError: a line is not a valid record (the message names the line).
     """
-    path = run_dir / RECORDS_FILE
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise ServekitError(
-            f"cannot read {path}: {exc.strerror}", fix="pass a readable records.jsonl"
-        ) from None
-    return [
-        record_from_json(line, where=f"{path}:{number}")
-        for number, line in enumerate(lines, start=1)
-        if line.strip()
-    ]
+    return load_records(run_dir, torn_tail=False).records
 
 
 def read_summary(run: Path) -> Summary:
     """Read and validate a run's summary.json (`run` is the run directory or the file itself).
 
     Raises:
-        ServekitError: missing, not JSON, of a schema_version this servekit does not read, or
-            not a valid summary (the message names the file, the version and the fix).
+        ServekitError: missing, not a regular file, too large, not JSON, of a schema_version
+            this servekit does not read, or not a valid summary (the message names the file,
+            what is wrong and the fix).
     """
     path = run / SUMMARY_FILE if run.is_dir() else run
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
+    if run.is_dir() and not path.exists() and (run / RECORDS_FILE).is_file():
         raise ServekitError(
-            f"cannot read {path}: {exc.strerror}",
-            fix="pass a run directory written by servekit bench or servekit sim run",
-        ) from None
-    except json.JSONDecodeError as exc:
-        raise ServekitError(
-            f"{path} is not JSON ({exc.msg} at line {exc.lineno})",
-            fix="re-run the bench or sim run that wrote it; it was cut or edited",
-        ) from None
+            f"{run} has records but no {SUMMARY_FILE} (the run was stopped before it ended)",
+            fix=f"rebuild it with servekit bench --resummarize {run}",
+        )
+    doc = read_json_document(path, fix=_RUN_FIX)
     return load_summary(doc, where=str(path))
+
+
+def read_validate(path: Path) -> ValidateDocument:
+    """Read and validate a validate.json (bounded, regular files only).
+
+    Raises:
+        ServekitError: unreadable, not JSON, or not a valid validate.json.
+    """
+    doc = read_json_document(path, fix="pass the validate.json written by servekit validate --out")
+    return load_validate(doc, where=str(path))
 
 
 def write_summary(run_dir: Path, summary: Summary) -> Path:

@@ -15,14 +15,22 @@ from typing import Any
 from pydantic import JsonValue
 
 from servekit.analyze.summarize import Slo, point_metrics, point_to_json, summary_document
+from servekit.bench._signals import StopSignals, sigterm_as_interrupt
 from servekit.bench.pool import WorkerPool
+from servekit.bench.resummarize import write_run_info
 from servekit.bench.runner import Progress, run_points
 from servekit.bench.spec import BenchSpec, PointOutcome, PointSpec, ProgressSink
-from servekit.bench.store import RecordWriter, write_summary, write_summary_tables
+from servekit.bench.store import (
+    RUN_FILES,
+    RecordWriter,
+    check_run_dir,
+    write_summary,
+    write_summary_tables,
+)
 from servekit.client.endpoint import open_endpoint
 from servekit.client.transport import Transport
 from servekit.client.urls import redact_url
-from servekit.errors import ChecksFailed, EndpointError, Interrupted, ServekitError
+from servekit.errors import ChecksFailed, EndpointError, Interrupted, ServekitError, Terminated
 from servekit.results.summary import ClientBlock, ServerBlock, SloBlock, Summary, Target, Workload
 
 
@@ -160,67 +168,88 @@ def run_bench(
     command: list[str] | None = None,
     on_summary: Callable[[Summary], None] | None = None,
     max_failure_rate: float = 0.0,
+    force: bool = False,
 ) -> Summary:
     """Discover the server, run the points, write records, summary.json, .csv and .md.
 
     The model defaults to the server's first model. The summary of every finished point is
     written even when the sweep stops early; `on_summary` sees it either way (the CLI prints
-    its table), and then a stopped sweep raises its reason.
+    its table), and then a stopped sweep raises its reason. A directory that holds a run's
+    results is refused before anything is sent, unless `force` (they are replaced). run.json
+    is written as the run starts and as each point begins, for `bench --resummarize`.
 
     Raises:
-        Interrupted: Ctrl-C; the records and summary cover the requests that finished.
+        Interrupted: Ctrl-C (exit 130), or `Terminated` for SIGTERM (exit 143); the records
+            and the summary cover the requests that finished.
         EndpointError: the server went away or stopped answering during the sweep.
         ChecksFailed: more than `max_failure_rate` of the requests failed (exit 3).
+        ServekitError: `out` holds a run's results and `force` is off.
     """
-    info = asyncio.run(discover(spec.base_url, spec.headers))
-    if not spec.model:
-        spec = dataclasses.replace(spec, model=info.model)
-    started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-    progress = Progress()
-    stopped: ServekitError | None = None
-    crash: Exception | None = None
-    with RecordWriter(out, spec.redactor) as writer, _pool(spec) as pool:
+    check_run_dir(out, RUN_FILES, force=force)
+    with sigterm_as_interrupt() as signals:
         try:
-            run = run_points(
-                spec,
-                points,
-                writer,
-                progress=progress,
-                on_record=live.record if live else lambda _: None,
-                on_point=(lambda p, n: live.start_point(p.label, n))
-                if live
-                else lambda _p, _n: None,
-                pool=pool,
-            )
-            stopped = asyncio.run(run).stopped
+            info = asyncio.run(discover(spec.base_url, spec.headers))
         except KeyboardInterrupt:
-            _keep_partial(progress, "interrupted: the point did not finish")
-            stopped = Interrupted(
-                "interrupted; records and the summary cover the requests that finished",
-                fix="run the remaining points again to complete the sweep",
-            )
-        except Exception as exc:  # a bug: keep what finished, then let it surface
-            _keep_partial(progress, f"stopped by an internal error: {type(exc).__name__}")
-            crash = exc
-    summary = bench_summary(  # redacted: the server's own text (model, version) is in it
-        spec,
-        progress.outcomes,
-        version=version,
-        started_at=started,
-        server_version=info.version,
-        profile=profile,
-        slo=slo,
-        input_len_method=progress.input_len_method,
-        server=info,
-        command=command,
-    )
-    summary = spec.redactor.redact_document(summary)
-    write_summary(out, summary)
-    write_summary_tables(out, summary)
+            raise _stop_error(signals, "before any request was sent; nothing was written") from None
+        if not spec.model:
+            spec = dataclasses.replace(spec, model=info.model)
+        started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        progress = Progress()
+
+        def summarize(outcomes: list[PointOutcome]) -> Summary:
+            # redacted: the server's own text (model, version, warnings) is in it
+            return spec.redactor.redact_document(bench_summary(
+                spec, outcomes, version=version, started_at=started,
+                server_version=info.version, profile=profile, slo=slo,
+                input_len_method=progress.input_len_method, server=info, command=command,
+            ))  # fmt: skip
+
+        def on_point(point: PointSpec, total: int) -> None:
+            write_run_info(
+                out, summarize([]), points, progress.outcomes, spec.redactor
+            )  # for --resummarize
+            if live:
+                live.start_point(point.label, total)
+
+        stopped: ServekitError | None = None
+        crash: Exception | None = None
+        signals.forward = False  # while worker processes start, a SIGTERM is only noted
+        with RecordWriter(out, spec.redactor, force=force) as writer, _pool(spec) as pool:
+            try:
+                write_run_info(out, summarize([]), points, [], spec.redactor)
+                signals.forward = True
+                if signals.terminated:  # it came while the pool started
+                    raise KeyboardInterrupt
+                run = run_points(
+                    spec,
+                    points,
+                    writer,
+                    progress=progress,
+                    on_record=live.record if live else lambda _: None,
+                    on_point=on_point,
+                    pool=pool,
+                )
+                stopped = asyncio.run(run).stopped
+            except KeyboardInterrupt:
+                how = "stopped by SIGTERM" if signals.terminated else "interrupted"
+                _keep_partial(progress, f"{how}: the point did not finish")
+                stopped = _stop_error(signals, "records and the summary cover the requests "
+                                      "that finished")  # fmt: skip
+            except Exception as exc:  # a bug: keep what finished, then let it surface
+                _keep_partial(progress, f"stopped by an internal error: {type(exc).__name__}")
+                crash = exc
+            finally:
+                signals.forward = False  # a SIGTERM from here on never cuts the summary short
+        summary = summarize(progress.outcomes)
+        write_run_info(out, summary, points, progress.outcomes, spec.redactor)
+        write_summary(out, summary)
+        write_summary_tables(out, summary)
     if crash is not None:
         raise crash
     if on_summary is not None:
         on_summary(summary)
+    if stopped is None and signals.terminated:  # SIGTERM while the summary was written
+        stopped = _stop_error(signals, "the run had finished and its summary is written")
     if stopped is not None:
         raise stopped
     if (failed := too_many_failures(progress.outcomes, max_failure_rate, out)) is not None:
@@ -257,6 +286,14 @@ def too_many_failures(
         fix=f"{fix} (--max-failure-rate {math.ceil(100 * failed / len(records)) / 100:g} "
         "would accept this run)",
     )
+
+
+def _stop_error(signals: StopSignals, kept: str) -> Interrupted:
+    """Ctrl-C (exit 130) or SIGTERM (exit 143), saying what was kept."""
+    fix = "run the remaining points again to complete the sweep"
+    if signals.terminated:
+        return Terminated(f"stopped by SIGTERM; {kept}", fix=fix)
+    return Interrupted(f"interrupted; {kept}", fix=fix)
 
 
 @contextlib.contextmanager

@@ -19,6 +19,8 @@ from servekit.cli._output import (
     redacted_errors,
     stdout_console,
 )
+from servekit.cli._rebuild import rebuild_summary
+from servekit.errors import UsageError
 from servekit.report.live import LiveProgress
 from servekit.report.tables import points_table
 from servekit.results.summary import Summary
@@ -71,17 +73,26 @@ from servekit.results.summary import Summary
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--api-key-env", default="OPENAI_API_KEY", show_default=True,
               help="Environment variable holding the API key (never written anywhere).")
-@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path))
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
+              help="Run directory (required): records.jsonl, summary.json/.csv/.md, run.json.")
+@click.option("--force", is_flag=True,
+              help="Replace the results a previous run left in --out (refused without it).")
+@click.option("--resummarize", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
+              help="Send nothing; rebuild DIR's summary from run.json and records.jsonl.")
 @json_option
-def bench_command(
-    as_json: bool, out: Path, slo: str | None, max_failure_rate: float, **opts: Any
-) -> None:
+def bench_command(as_json: bool, out: Path | None, slo: str | None, force: bool,
+                  resummarize: Path | None, max_failure_rate: float, **opts: Any) -> None:
     # fmt: on
     """Load-test a server: exact streaming timing, per-request records, summary per point.
 
     Exit codes: 0 done, 1 error (the server stopped answering), 3 more requests failed than
-    --max-failure-rate allows (the summary is written either way), 130 interrupted.
+    --max-failure-rate allows, 130 Ctrl-C, 143 SIGTERM; the summary of what finished is
+    written either way.
     """
+    if resummarize is not None:
+        return _show(rebuild_summary(resummarize, force=force), as_json)
+    if out is None:
+        raise UsageError("--out DIR is required", fix="name the run directory, e.g. --out runs/c16")
     spec, points, prof = bench_inputs(opts)
     objectives = parse_slo(slo, name="--slo") if slo else None
     written: list[Summary] = []  # the summary, also when the sweep stops and raises
@@ -90,7 +101,7 @@ def bench_command(
             run_bench(
                 spec, points, out, version=__version__, slo=objectives, live=live,
                 profile=prof.name if prof else None, command=["servekit", *sys.argv[1:]],
-                on_summary=written.append, max_failure_rate=max_failure_rate,
+                on_summary=written.append, force=force, max_failure_rate=max_failure_rate,
             )
     finally:
         if written:

@@ -17,7 +17,8 @@ from servekit.sim.faults import parse_fault
     type=click.Path(file_okay=False, path_type=Path),
     default=Path("out/demo"),
     show_default=True,
-    help="Where runs, launch artifacts and the report go.",
+    help="Where runs, launch artifacts and the report go; a previous demo's output there "
+    "is replaced (a non-empty directory the demo did not write is refused).",
 )
 @click.option("--quick", is_flag=True, help="Fewer levels and requests: under a minute.")
 @click.option(

@@ -29,8 +29,12 @@ def report_command(
     as_json: bool,
 ) -> None:
     """Write report.html (self-contained), report.md and PNG plots for one or more runs."""
+
+    def warn(line: str) -> None:
+        click.echo(f"servekit: warning: {line}", err=True)
+
     written = write_report(list(runs), out, compare=compare or None, validate=validate_path,
-                           per_stream_target=per_stream_target)  # fmt: skip
+                           per_stream_target=per_stream_target, warn=warn)  # fmt: skip
     if as_json:
         emit_json(written)
     else:

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from servekit import __version__
-from servekit.bench.store import RecordWriter, write_summary
+from servekit.bench.store import RUN_FILES, RecordWriter, check_run_dir, write_summary
 from servekit.cli._output import (
     check_load_options,
     emit_json,
@@ -49,6 +49,7 @@ def sim_group() -> None:
 @click.option("--temperature", type=click.FloatRange(min=0), default=0.7, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Run directory.")
+@click.option("--force", is_flag=True, help="Replace the results of a previous run in --out.")
 @set_option
 @profiles_dir_option
 @json_option
@@ -63,12 +64,15 @@ def run_command(
     temperature: float,
     seed: int,
     out: Path | None,
+    force: bool,
     overrides: tuple[str, ...],
     profiles_dirs: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Simulate load points offline, far faster than real time."""
     check_load_options(concurrency, rate, arrival)
+    if out is not None:
+        check_run_dir(out, RUN_FILES, force=force)  # before the simulation, not after it
     profile = load_profile(profile_name, extra_dirs=profiles_dirs, overrides=overrides)
     sim_input = profile.simulator.input_len if profile.simulator else None
     ilen = input_len or sim_input or profile.bench_defaults.input_len
@@ -99,7 +103,7 @@ def run_command(
         ),
     )
     if out is not None:
-        with RecordWriter(out) as writer:
+        with RecordWriter(out, force=force) as writer:
             for result in results:
                 for record in result.run.records:
                     writer.write(record)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 import yaml
 
+from servekit.bench.store import SUMMARY_FILE, read_summary
 from servekit.cli._output import (
     emit_json,
     json_option,
@@ -30,12 +30,8 @@ from servekit.sim.fit import (
 def _load_points(run_dirs: tuple[Path, ...]) -> list[MeasuredPoint]:
     points: list[MeasuredPoint] = []
     for run_dir in run_dirs:
-        path = run_dir / "summary.json"
-        try:
-            summary = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ConfigError(f"cannot read {path}: {exc}", fix="pass a run directory") from None
-        points += measured_points(summary, where=str(path))
+        summary = read_summary(run_dir)  # bounded, regular files only, one-line errors
+        points += measured_points(summary.as_json(), where=str(run_dir / SUMMARY_FILE))
     if not points:
         raise UsageError(
             "the runs hold no closed-loop points to fit",

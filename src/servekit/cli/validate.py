@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from servekit.bench.store import VALIDATE_FILES, check_run_dir, clear_results
 from servekit.cli._output import (
     emit_json,
     json_option,
@@ -49,11 +50,15 @@ from servekit.validate.runner import CheckResult, check_names, run_checks, valid
               help="Seconds per check (x4 for the ladder and long context).")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
               help="Keep validate.json and transcripts.jsonl (API key redacted) here.")
+@click.option("--force", is_flag=True, help="Replace a previous validate.json in --out.")
 @json_option
-def validate_command(as_json: bool, out: Path | None, **opts: Any) -> None:
+def validate_command(as_json: bool, out: Path | None, force: bool, **opts: Any) -> None:
     # fmt: on
     """Check an endpoint is fit to serve: health, chat, reasoning, tools, long context, ladder."""
     spec = _spec(opts)
+    if out is not None:
+        check_run_dir(out, VALIDATE_FILES, force=force)
+        clear_results(out, VALIDATE_FILES)
 
     def show(result: CheckResult) -> None:  # results come redacted (spec.redactor)
         if not as_json:

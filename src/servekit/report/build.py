@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +17,13 @@ from servekit import __version__
 from servekit.analyze.compare import compare_runs, speculation_facts
 from servekit.analyze.point_columns import point_headers, point_rows, report_load
 from servekit.analyze.summarize import samples
-from servekit.bench.store import RECORDS_FILE, read_records, read_summary
+from servekit.bench.store import (
+    RECORDS_FILE,
+    dropped_warning,
+    load_records,
+    read_summary,
+    read_validate,
+)
 from servekit.errors import ServekitError
 from servekit.hardware import lookup_gpu
 from servekit.profiles import Profile, load_profile
@@ -26,7 +33,7 @@ from servekit.render.shell import quote_words
 from servekit.report import plots
 from servekit.report.document import Figure, Section, Table, render_html, render_markdown
 from servekit.results.summary import Summary, SummaryPoint
-from servekit.results.validate import ValidateDocument, load_validate
+from servekit.results.validate import ValidateDocument
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,15 +46,22 @@ class Run:
     profile: Profile | None
 
 
-def load_run(path: Path) -> Run:
+def load_run(path: Path, *, warn: Callable[[str], None] = lambda _: None) -> Run:
     """Read a run directory (records are optional: summaries alone still plot).
 
+    A torn last line of records.jsonl (a killed run) is skipped and `warn` is told.
+
     Raises:
-        ServekitError: no readable summary.json.
+        ServekitError: no readable summary.json, or records.jsonl is not valid.
     """
     summary = read_summary(path)
     run_dir = path if path.is_dir() else path.parent
-    records = read_records(run_dir) if (run_dir / RECORDS_FILE).is_file() else []
+    records: list[RequestRecord] = []
+    if (run_dir / RECORDS_FILE).exists():
+        read = load_records(run_dir)
+        records = read.records
+        if read.dropped:
+            warn(dropped_warning(run_dir / RECORDS_FILE, read.dropped))
     return Run(run_dir.name, summary, records, summary_profile(summary))
 
 
@@ -310,9 +324,13 @@ def write_report(
     compare: tuple[Path, Path] | None = None,
     validate: Path | None = None,
     per_stream_target: float | None = None,
+    warn: Callable[[str], None] = lambda _: None,
 ) -> dict[str, str | list[str]]:
-    """Write report.html, report.md and one PNG per plot into `out`; return what was written."""
-    runs = [load_run(p) for p in paths]
+    """Write report.html, report.md and one PNG per plot into `out`; return what was written.
+
+    `warn` hears of records skipped while reading the runs (a torn last line).
+    """
+    runs = [load_run(p, warn=warn) for p in paths]
     by_path = {p.resolve(): r for p, r in zip(paths, runs, strict=True)}
     if per_stream_target is None:
         per_stream_target = next(
@@ -325,7 +343,7 @@ def write_report(
         )
     sections = [Section("Runs", tables=[points_table(r) for r in runs])]
     if compare is not None:
-        a, b = (by_path.get(p.resolve()) or load_run(p) for p in compare)
+        a, b = (by_path.get(p.resolve()) or load_run(p, warn=warn) for p in compare)
         sections.append(compare_section(a, b, per_stream_target))
     validate_doc = _find_validate(paths, validate)
     if validate_doc is not None:
@@ -354,15 +372,8 @@ def _find_validate(paths: list[Path], given: Path | None) -> ValidateDocument | 
         else [(p if p.is_dir() else p.parent) / "validate.json" for p in paths]
     )
     for path in candidates:
-        if path.is_file():
-            try:
-                doc = json.loads(path.read_text(encoding="utf-8"))
-            except json.JSONDecodeError as exc:
-                raise ServekitError(
-                    f"{path} is not JSON ({exc.msg})",
-                    fix="write it again with servekit validate --out DIR",
-                ) from None
-            return load_validate(doc, where=str(path))
+        if path.exists():
+            return read_validate(path)
     if given is not None:
         raise ServekitError(f"no validate.json at {given}", fix="pass validate --out DIR's DIR")
     return None

@@ -28,8 +28,11 @@ class Document(BaseModel):
 
 def first_error(exc: ValidationError) -> str:
     """The first validation problem in one line: where in the document, and what."""
-    err = exc.errors()[0]
+    err = exc.errors(include_url=False, include_input=False)[0]
     where = ".".join(str(part) for part in err["loc"]) or "the document"
+    # Keys come from the file: escape control characters, keep the line short.
+    where = where.encode("unicode_escape").decode("ascii")
+    where = where if len(where) <= 80 else where[:77] + "..."
     more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
     return f"{where}: {err['msg']}{more}"
 

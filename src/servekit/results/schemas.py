@@ -15,6 +15,7 @@ from pydantic import BaseModel, JsonValue, TypeAdapter
 from servekit.records import RequestRecord
 from servekit.results.compare import Comparison
 from servekit.results.plan import PlanDocument
+from servekit.results.run_info import RunInfo
 from servekit.results.summary import Summary
 from servekit.results.validate import ValidateDocument
 
@@ -23,6 +24,7 @@ DOCS: dict[str, type[BaseModel]] = {
     "plan.schema.json": PlanDocument,
     "validate.schema.json": ValidateDocument,
     "compare.schema.json": Comparison,
+    "run.schema.json": RunInfo,
 }
 RECORD_FILE = "record.schema.json"
 
