@@ -79,6 +79,13 @@ def clear_results(run_dir: Path, names: Iterable[str]) -> None:
             ) from None
 
 
+def prepare_run_dir(run_dir: Path, names: Iterable[str], *, force: bool) -> None:
+    """`check_run_dir`, then remove the results `names` a forced run replaces."""
+    names = tuple(names)
+    check_run_dir(run_dir, names, force=force)
+    clear_results(run_dir, names)
+
+
 class RecordWriter:
     """Append records to DIR/records.jsonl, one line each, flushed as each is written, with
     the run's secrets (`redactor`) removed from whatever text a record holds.

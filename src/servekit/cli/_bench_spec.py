@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 from servekit.bench.spec import BenchSpec, PointSpec
-from servekit.cli._output import check_load_options, parse_numbers
+from servekit.cli._output import check_load_options, parse_json_object, parse_numbers
 from servekit.client.address import server_address
 from servekit.errors import UsageError
 from servekit.profiles import Profile, load_profile
@@ -37,18 +36,11 @@ def bench_inputs(opts: dict[str, Any]) -> tuple[BenchSpec, list[PointSpec], Prof
     if prof and concurrency is None and rate is None:
         concurrency = ",".join(str(c) for c in prof.bench_defaults.concurrency)
     check_load_options(concurrency, rate, opts["arrival"])
-    try:
-        kwargs = json.loads(opts["chat_template_kwargs"]) if opts["chat_template_kwargs"] else None
-    except json.JSONDecodeError as exc:
-        raise UsageError(
-            f"--chat-template-kwargs is not JSON ({exc.msg})",
-            fix='quote it for the shell, e.g. \'{"thinking_mode": "enabled"}\'',
-        ) from None
-    if kwargs is not None and not isinstance(kwargs, dict):
-        raise UsageError(
-            "--chat-template-kwargs must be a JSON object",
-            fix='e.g. \'{"thinking_mode": "enabled"}\'',
-        )
+    kwargs = (
+        parse_json_object(opts["chat_template_kwargs"], "--chat-template-kwargs")
+        if opts["chat_template_kwargs"]
+        else None
+    )
     defaults = (
         (str(prof.bench_defaults.input_len), str(prof.bench_defaults.output_len))
         if prof

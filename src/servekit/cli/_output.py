@@ -94,3 +94,17 @@ def check_load_options(concurrency: str | None, rate: str | None, arrival: str) 
             fix="e.g. --concurrency 1,4,16 (closed loop) or --rate 0.5,1,2 (open loop)",
         )
     check_arrival(arrival, name="--arrival")
+
+
+def parse_json_object(text: str, flag: str) -> dict[str, Any]:
+    """Parse the JSON object given to `flag` (e.g. --chat-template-kwargs)."""
+    example = '\'{"thinking_mode": "enabled"}\''
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(
+            f"{flag} is not JSON ({exc.msg})", fix=f"quote it for the shell, e.g. {example}"
+        ) from None
+    if not isinstance(value, dict):
+        raise UsageError(f"{flag} must be a JSON object", fix=f"e.g. {example}")
+    return value

@@ -10,10 +10,11 @@ from typing import Any
 
 import click
 
-from servekit.bench.store import VALIDATE_FILES, check_run_dir, clear_results
+from servekit.bench.store import VALIDATE_FILES, prepare_run_dir
 from servekit.cli._output import (
     emit_json,
     json_option,
+    parse_json_object,
     parse_numbers,
     profiles_dir_option,
     redacted_errors,
@@ -57,8 +58,7 @@ def validate_command(as_json: bool, out: Path | None, force: bool, **opts: Any) 
     """Check an endpoint is fit to serve: health, chat, reasoning, tools, long context, ladder."""
     spec = _spec(opts)
     if out is not None:
-        check_run_dir(out, VALIDATE_FILES, force=force)
-        clear_results(out, VALIDATE_FILES)
+        prepare_run_dir(out, VALIDATE_FILES, force=force)
 
     def show(result: CheckResult) -> None:  # results come redacted (spec.redactor)
         if not as_json:
@@ -80,9 +80,6 @@ def validate_command(as_json: bool, out: Path | None, force: bool, **opts: Any) 
         raise ChecksFailed(f"validate failed: {failed}", fix="see each failed check's detail above")
 
 
-_EXAMPLE = '{"thinking_mode": "enabled"}'
-
-
 def _spec(opts: dict[str, Any]) -> ValidateSpec:
     name = opts["profile"]
     prof = load_profile(name, extra_dirs=opts["profiles_dirs"]) if name else None
@@ -91,14 +88,7 @@ def _spec(opts: dict[str, Any]) -> ValidateSpec:
         raise UsageError("--url is required without --profile", fix="e.g. --url http://127.0.0.1:8000")
     thinking: Any = prof.validate_defaults.thinking_kwargs if prof else None
     if opts["thinking_kwargs"]:
-        try:
-            thinking = json.loads(opts["thinking_kwargs"])
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"--thinking-kwargs is not JSON ({exc.msg})",
-                             fix=f"quote it for the shell, e.g. '{_EXAMPLE}'") from None
-        if not isinstance(thinking, dict):
-            raise UsageError("--thinking-kwargs must be a JSON object",
-                             fix=f"e.g. {_EXAMPLE}")
+        thinking = parse_json_object(opts["thinking_kwargs"], "--thinking-kwargs")
     ladder = parse_numbers(opts["ladder"], int, "--ladder") if opts["ladder"] else (
         prof.validate_defaults.ladder if prof else [1, 2, 4, 8, 16])
     key, key_name = os.environ.get(opts["api_key_env"]), opts["api_key_env"]
