@@ -63,7 +63,7 @@ IO_METHODS = {
 # Lowest first. A package may import its own modules, and packages of lower layers only.
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"errors"}),  # the error tree
-    frozenset({"servekit", "units", "lines"}),  # version, units, line search
+    frozenset({"servekit", "units", "lines", "jsontext"}),  # version, units, line search, JSON out
     frozenset({"specs", "records", "reference"}),  # shared values, the seed figures
     frozenset({"results"}),  # the typed documents (summary, plan, validate, compare)
     frozenset({"profiles", "hardware", "kb"}),  # data and its loaders

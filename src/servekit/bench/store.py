@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
+from servekit import jsontext
 from servekit.analyze.point_columns import point_headers, point_rows
 from servekit.errors import ServekitError
 from servekit.records import RequestRecord, record_from_json
@@ -108,7 +109,7 @@ def write_summary(run_dir: Path, summary: Summary) -> Path:
     """Write summary.json atomically (temp file, then rename)."""
     path = run_dir / SUMMARY_FILE
     tmp = path.with_suffix(".json.tmp")
-    text = json.dumps(summary.as_json(), indent=2, ensure_ascii=False)
+    text = jsontext.dumps(summary.as_json(), indent=2, what="summary.json")
     tmp.write_text(text + "\n", encoding="utf-8")
     tmp.replace(path)
     return path

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from servekit.cli._output import (
+    FiniteFloat,
     emit_json,
     json_option,
     profiles_dir_option,
@@ -41,7 +42,7 @@ from servekit.units import GIB
 )
 @click.option(
     "--non-torch-gib",
-    type=click.FloatRange(min=0),
+    type=FiniteFloat(min=0),
     default=NON_TORCH_INCREASE_BYTES / GIB,
     show_default=True,
     help="Non-torch memory vLLM's profiling adds per GPU.",

@@ -10,9 +10,12 @@ from typing import Any
 
 import click
 
+from servekit import jsontext
 from servekit.cli._output import (
+    FiniteFloat,
     emit_json,
     json_option,
+    make_out_dir,
     parse_numbers,
     profiles_dir_option,
     stdout_console,
@@ -43,7 +46,7 @@ from servekit.validate.runner import CheckResult, check_names, run_checks, valid
 @click.option("--log", "log_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="The engine's log: failures quote its lines and name the known issue.")
 @click.option("--reference-url", help="The same model without speculation, to compare outputs.")
-@click.option("--timeout", type=click.FloatRange(min=1), default=180.0, show_default=True,
+@click.option("--timeout", type=FiniteFloat(min=1), default=180.0, show_default=True,
               help="Seconds per check (x4 for the ladder and long context).")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
               help="Keep validate.json and transcripts.jsonl (API key redacted) here.")
@@ -52,6 +55,8 @@ def validate_command(as_json: bool, out: Path | None, **opts: Any) -> None:
     # fmt: on
     """Check an endpoint is fit to serve: health, chat, reasoning, tools, long context, ladder."""
     spec = _spec(opts)
+    if out is not None:
+        make_out_dir(out)
     key = os.environ.get(opts["api_key_env"]) or None
 
     def show(result: CheckResult) -> None:
@@ -61,7 +66,7 @@ def validate_command(as_json: bool, out: Path | None, **opts: Any) -> None:
     results = asyncio.run(run_checks(spec, out=out, secret=key, on_result=show))
     doc = validate_document(results, spec, url=redact_url(spec.base_url))
     if out is not None:
-        text = json.dumps(doc.as_json(), indent=2)
+        text = jsontext.dumps(doc.as_json(), indent=2, ensure_ascii=True, what="validate.json")
         (out / "validate.json").write_text(text + "\n", encoding="utf-8")
     if as_json:
         emit_json(doc.as_json())

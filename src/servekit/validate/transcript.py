@@ -3,10 +3,11 @@ appended as it ends, with the API key redacted wherever it appears."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+
+from servekit import jsontext
 
 REDACTED = "[REDACTED]"
 
@@ -25,11 +26,10 @@ class Transcript:
         """Record one exchange (headers are never recorded)."""
         if self._file is None:
             return
-        line = json.dumps(
-            {"check": check, "path": path, "request": request, "status": status,
-             "response": response},
-            ensure_ascii=False, default=str,
-        )  # fmt: skip
+        exchange = {"check": check, "path": path, "request": request, "status": status,
+                    "response": response}  # fmt: skip
+        # What the server said, as received, but always JSON: a NaN it sent is written null.
+        line = jsontext.dumps(jsontext.finite_or_null(exchange), default=str, what="a transcript")
         if self._secret:
             line = line.replace(self._secret, REDACTED)
         self._file.write(line + "\n")
