@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from servekit.cli._log_file import log_line_batches
 from servekit.cli._output import (
     FiniteFloat,
     emit_json,
@@ -20,7 +21,7 @@ from servekit.plan import make_plan, plan_inputs, plan_to_json
 from servekit.plan.checkpoint import architecture_from_config, read_checkpoint
 from servekit.plan.fit import NON_TORCH_INCREASE_BYTES, misfit_parts
 from servekit.plan.reconcile import reconcile, reconcile_to_json
-from servekit.plan.startup_log import LogFailure, parse_startup_log
+from servekit.plan.startup_log import LogFailure, StartupLogScanner
 from servekit.profiles import load_profile
 from servekit.report.plan_view import plan_view
 from servekit.results.plan import CheckpointBlock
@@ -68,7 +69,10 @@ def plan_command(
     rows = None
     failures: tuple[LogFailure, ...] = ()
     if from_log is not None:
-        figures = parse_startup_log(from_log.read_text(encoding="utf-8", errors="replace"))
+        scanner = StartupLogScanner()
+        for lines in log_line_batches(from_log):
+            scanner.feed(lines)
+        figures = scanner.finish()
         if not figures.found_any:
             raise StartupLogError(
                 f"{from_log} holds no vLLM startup figures",
