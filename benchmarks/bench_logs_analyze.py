@@ -27,7 +27,7 @@ def write_long_log(path: Path, size_bytes: int) -> Path:
     text = CRASH.read_text(encoding="utf-8")
     head, _, tail = text.partition(MARK)
     serving = [line for line in tail.splitlines() if "POST" in line or "Engine 000" in line]
-    block = ("\n".join(serving * max(1, (1 << 20) // sum(len(s) + 1 for s in serving))) + "\n")
+    block = "\n".join(serving * max(1, (1 << 20) // sum(len(s) + 1 for s in serving))) + "\n"
     data = block.encode("utf-8")
     with path.open("wb") as file:
         file.write((head + MARK).encode("utf-8"))
