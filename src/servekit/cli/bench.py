@@ -31,7 +31,7 @@ from servekit.results.summary import Summary
 @click.option("--profile", help="A deployment profile: its URL, model and bench defaults.")
 @profiles_dir_option
 @click.option("--concurrency", help="Closed-loop concurrency levels, e.g. 1,4,16,128.")
-@click.option("--rate", help="Open-loop arrival rates in requests/s, e.g. 0.5,1,2.")
+@click.option("--rate", help="Open-loop arrival rates in requests/s, e.g. 0.5,1,2 (inf: at once).")
 @click.option("--arrival", default="poisson", show_default=True,
               help="poisson | gamma:SHAPE | constant (with --rate).")
 @click.option("--max-concurrency", type=click.IntRange(min=1), help="Cap in-flight (--rate).")

@@ -37,7 +37,9 @@ def sim_group() -> None:
 @sim_group.command("run")
 @click.option("--profile", "profile_name", required=True, help="Profile to simulate.")
 @click.option("--concurrency", help="Closed-loop concurrency levels, e.g. 1,4,16,128.")
-@click.option("--rate", help="Open-loop arrival rates in requests/s, e.g. 0.5,1,2.")
+@click.option(
+    "--rate", help="Open-loop arrival rates in requests/s, e.g. 0.5,1,2 (inf: all at once)."
+)
 @click.option(
     "--arrival",
     default="poisson",
