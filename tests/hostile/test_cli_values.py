@@ -9,7 +9,7 @@ import gzip
 import json
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -255,3 +255,27 @@ def test_long_context_fails_when_it_cannot_build_a_long_prompt() -> None:
     status, detail = results["long_context"]
     assert status == "fail"
     assert "17-token prompt for 3686 tokens" in detail
+
+
+@pytest.mark.integration
+def test_bench_rate_inf_sends_the_point_at_once(
+    start_server: Callable[..., tuple[object, str]], tmp_path: Path
+) -> None:
+    """bench --rate inf against the simulator: every request scheduled at the point's
+    start, at most --max-concurrency in flight, and rate_rps "inf" in summary.json."""
+    _, url = start_server()
+    out = tmp_path / "run"
+    result = CliRunner().invoke(
+        cli,
+        ["bench", "--url", url, "--rate", "inf", "--max-concurrency", "2",
+         "--requests-per-point", "6", "--warmup", "0", "--input-len", "32", "--output-len", "4",
+         "--out", str(out), "--json"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    doc = _strict_json((out / "summary.json").read_text(encoding="utf-8"))
+    assert doc["points"][0]["rate_rps"] == "inf"
+    assert doc["points"][0]["completed"] == 6
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert len({r["scheduled_ns"] for r in records}) == 1
+    spans = sorted((r["sent_ns"], r["end_ns"]) for r in records)
+    assert all(sum(s <= t < e for s, e in spans) <= 2 for t, _ in spans)
