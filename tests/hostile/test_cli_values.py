@@ -138,13 +138,17 @@ def test_float_lists_inside_options_refuse_nan(args: list[str], tmp_path: Path) 
     ],
     ids=["random-bytes", "gzip", "deep-json", "huge-number", "nul-bytes"],
 )
-def test_a_binary_or_hostile_dataset_is_one_usage_error(content: bytes, tmp_path: Path) -> None:
-    """A binary, compressed or absurd --dataset is one line naming the file, no traceback."""
+@pytest.mark.parametrize("flag", ["--dataset", "--tools"])
+def test_a_binary_or_hostile_dataset_is_one_usage_error(
+    flag: str, content: bytes, tmp_path: Path
+) -> None:
+    """A binary, compressed or absurd --dataset (or --tools) file is one line naming the
+    file, no traceback."""
     dataset = tmp_path / "prompts.jsonl"
     dataset.write_bytes(content)
     result = CliRunner().invoke(
         cli,
-        ["bench", "--url", DEAD_URL, "--concurrency", "1", "--dataset", str(dataset),
+        ["bench", "--url", DEAD_URL, "--concurrency", "1", flag, str(dataset),
          "--out", str(tmp_path / "run")],
     )  # fmt: skip
     assert result.exit_code == 2, (result.output, result.exception)
