@@ -63,7 +63,8 @@ IO_METHODS = {
 # Lowest first. A package may import its own modules, and packages of lower layers only.
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"errors"}),  # the error tree
-    frozenset({"servekit", "units", "lines", "redaction"}),  # version, units, lines, secrets
+    # version, units, lines, secrets, JSON out
+    frozenset({"servekit", "units", "lines", "redaction", "jsontext"}),
     frozenset({"specs", "records", "reference"}),  # shared values, the seed figures
     frozenset({"results"}),  # the typed documents (summary, plan, validate, compare)
     frozenset({"profiles", "hardware", "kb"}),  # data and its loaders

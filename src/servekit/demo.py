@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from servekit import __version__
+from servekit import __version__, jsontext
 from servekit.analyze.compare import compare_runs, highest_meeting, speculation_facts
 from servekit.analyze.timescale import to_simulated_time
 from servekit.bench.spec import BenchSpec, PointSpec
@@ -242,7 +242,8 @@ def run_demo(
         results = asyncio.run(run_checks(spec, out=out / "validate"))
         doc = validate_document(results, spec)
         (out / "validate" / "validate.json").write_text(
-            json.dumps(doc.as_json(), indent=2) + "\n", encoding="utf-8"
+            jsontext.dumps(doc.as_json(), indent=2, ensure_ascii=True, what="validate.json") + "\n",
+            encoding="utf-8",
         )
         for r in results:
             say(f"validate {r.status:>4}  {r.name}: {r.detail}")

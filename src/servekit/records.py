@@ -7,12 +7,12 @@ one monotonic clock; a simulated run uses its virtual clock.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, fields
 from typing import ClassVar
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
+from servekit import jsontext
 from servekit.errors import ServekitError
 
 
@@ -70,7 +70,7 @@ class RequestRecord:
         # list. (dataclasses.asdict deep-copies each of the 2 x chunks values: ~1.6 ms for a
         # 256-chunk record, measured, which halved the client's throughput ceiling.)
         values = {name: getattr(self, name) for name in _FIELD_NAMES}
-        return json.dumps(values, separators=(",", ":"), ensure_ascii=False)
+        return jsontext.dumps(values, separators=(",", ":"), what="a request record")
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(RequestRecord))

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -455,6 +456,6 @@ def parse_slo(text: str, *, name: str = "SLO") -> Slo:
             raise UsageError(
                 f"{name} {text!r}: {key} needs a number, got {raw!r}", fix=example
             ) from None
-        if values[key] <= 0:
-            raise UsageError(f"{name} {text!r}: {key} must be positive", fix=example)
+        if not math.isfinite(values[key]) or values[key] <= 0:
+            raise UsageError(f"{name} {text!r}: {key} must be positive and finite", fix=example)
     return Slo(**values)

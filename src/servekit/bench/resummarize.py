@@ -10,9 +10,9 @@ marked invalid. A torn last records line is skipped (and counted).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from servekit import jsontext
 from servekit.analyze.summarize import Slo, point_metrics, point_to_json
 from servekit.bench._files import read_json_document
 from servekit.bench.spec import PointOutcome, PointSpec
@@ -67,7 +67,7 @@ def write_run_info(
         info = redactor.redact_document(info)
     path = run_dir / RUN_INFO_FILE
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(info.as_json(), indent=2, ensure_ascii=False) + "\n", "utf-8")
+    tmp.write_text(jsontext.dumps(info.as_json(), indent=2, what=str(path)) + "\n", "utf-8")
     tmp.replace(path)
 
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+from servekit import jsontext
 from servekit.analyze.point_columns import point_headers, point_rows
 from servekit.bench._files import iter_lines, read_json_document
 from servekit.errors import ServekitError
@@ -214,7 +214,7 @@ def write_summary(run_dir: Path, summary: Summary) -> Path:
     """Write summary.json atomically (temp file, then rename)."""
     path = run_dir / SUMMARY_FILE
     tmp = path.with_suffix(".json.tmp")
-    text = json.dumps(summary.as_json(), indent=2, ensure_ascii=False)
+    text = jsontext.dumps(summary.as_json(), indent=2, what="summary.json")
     tmp.write_text(text + "\n", encoding="utf-8")
     tmp.replace(path)
     return path

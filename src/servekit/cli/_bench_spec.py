@@ -54,9 +54,7 @@ def bench_inputs(opts: dict[str, Any]) -> tuple[BenchSpec, list[PointSpec], Prof
             fix="keep the shared prefix under half the input",
         )
     dataset: Path | None = opts["dataset"]
-    items = (
-        load_dataset_text(dataset.read_text(encoding="utf-8"), str(dataset)) if dataset else None
-    )
+    items = load_dataset_text(_read_text(dataset, "--dataset"), str(dataset)) if dataset else None
     model = opts["model"] or (prof.serve_args.served_model_name or prof.model.path if prof else "")
     spec = BenchSpec(
         base_url=address.base_url,
@@ -78,7 +76,7 @@ def bench_inputs(opts: dict[str, Any]) -> tuple[BenchSpec, list[PointSpec], Prof
         shared_prefix=opts["shared_prefix"],
         tokenizer=opts["tokenizer"],
         duration_per_point_s=opts["duration_per_point"],
-        tools=parse_tools(opts["tools"].read_text(encoding="utf-8"), str(opts["tools"]))
+        tools=parse_tools(_read_text(opts["tools"], "--tools"), str(opts["tools"]))
         if opts["tools"]
         else (),
         workers=opts["workers"],
@@ -96,6 +94,21 @@ def bench_inputs(opts: dict[str, Any]) -> tuple[BenchSpec, list[PointSpec], Prof
             arrival=opts["arrival"],
             max_concurrency=opts["max_concurrency"],
         )
-        for r in parse_numbers(rate, float, "--rate")
+        for r in parse_numbers(rate, float, "--rate", allow_inf=True)
     ]
     return spec, points, prof
+
+
+def _read_text(path: Path, flag: str) -> str:
+    """A text file given to `flag`, as UTF-8; a binary or compressed file is a usage error."""
+    try:
+        return path.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise UsageError(
+            f"cannot read {flag} {str(path)!r}: {exc.strerror or exc}", fix="pass a readable file"
+        ) from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"{flag} {str(path)!r} is not UTF-8 text (byte {exc.start}): binary or compressed?",
+            fix=f"pass {flag} a UTF-8 text file (decompress a .gz first)",
+        ) from None

@@ -11,10 +11,12 @@ import json
 import math
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
+from servekit import jsontext
 from servekit.errors import UsageError
 
 if TYPE_CHECKING:
@@ -43,7 +45,7 @@ def redacted_errors(redactor: Redactor) -> Iterator[None]:
 
 def emit_json(document: object) -> None:
     """Write one JSON document to stdout."""
-    click.echo(json.dumps(document, indent=2, ensure_ascii=False))
+    click.echo(jsontext.dumps(document, indent=2, what="the --json output"))
 
 
 profiles_dir_option: Callable[[Callable[..., Any]], Callable[..., Any]] = click.option(
@@ -67,8 +69,29 @@ set_option: Callable[[Callable[..., Any]], Callable[..., Any]] = click.option(
 )
 
 
-def parse_numbers(text: str | None, kind: type[int] | type[float], flag: str) -> list[float]:
-    """Parse a comma-separated list of positive finite numbers given to `flag`."""
+class FiniteFloat(click.FloatRange):
+    """A float option that refuses NaN and infinity (exit 2), optionally within a range.
+
+    Every float option of every command uses it: `float("nan")` passes click's range checks
+    (every comparison with NaN is false) and would reach summary.json as a bare `NaN`.
+    """
+
+    name = "float"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = click.FLOAT.convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return super().convert(number, param, ctx)
+
+
+def parse_numbers(
+    text: str | None, kind: type[int] | type[float], flag: str, *, allow_inf: bool = False
+) -> list[float]:
+    """Parse a comma-separated list of positive finite numbers given to `flag`.
+
+    With `allow_inf`, `inf` is accepted too (`--rate inf`: send every request at once).
+    """
     if text is None:
         return []
     try:
@@ -78,9 +101,28 @@ def parse_numbers(text: str | None, kind: type[int] | type[float], flag: str) ->
             f"{flag} {text!r} is not a comma-separated list of numbers",
             fix=f"e.g. {flag} 1,4,16",
         ) from None
-    if not values or any(not math.isfinite(v) or v <= 0 for v in values):
-        raise UsageError(f"{flag} {text!r} needs positive numbers", fix=f"e.g. {flag} 1,4,16")
+    infinite_ok = allow_inf and kind is float
+    if not values or any(
+        math.isnan(v) or v <= 0 or (math.isinf(v) and not infinite_ok) for v in values
+    ):
+        raise UsageError(
+            f"{flag} {text!r} needs positive finite numbers"
+            + (" (or inf: all at once)" if infinite_ok else ""),
+            fix=f"e.g. {flag} 1,4,16" + (",inf" if infinite_ok else ""),
+        )
     return values
+
+
+def make_out_dir(path: Path, flag: str = "--out") -> Path:
+    """Create an output directory given to `flag` (and its parents), or say why not."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(
+            f"cannot create {flag} {str(path)!r}: {exc.strerror or exc}",
+            fix=f"give {flag} a writable directory",
+        ) from None
+    return path
 
 
 def check_load_options(concurrency: str | None, rate: str | None, arrival: str) -> None:

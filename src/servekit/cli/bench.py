@@ -13,6 +13,7 @@ from servekit.analyze.summarize import parse_slo
 from servekit.bench.summary import run_bench
 from servekit.cli._bench_spec import bench_inputs
 from servekit.cli._output import (
+    FiniteFloat,
     emit_json,
     json_option,
     profiles_dir_option,
@@ -34,13 +35,13 @@ from servekit.results.summary import Summary
 @click.option("--profile", help="A deployment profile: its URL, model and bench defaults.")
 @profiles_dir_option
 @click.option("--concurrency", help="Closed-loop concurrency levels, e.g. 1,4,16,128.")
-@click.option("--rate", help="Open-loop arrival rates in requests/s, e.g. 0.5,1,2.")
+@click.option("--rate", help="Open-loop arrival rates in requests/s, e.g. 0.5,1,2 (inf: at once).")
 @click.option("--arrival", default="poisson", show_default=True,
               help="poisson | gamma:SHAPE | constant (with --rate).")
 @click.option("--max-concurrency", type=click.IntRange(min=1), help="Cap in-flight (--rate).")
 @click.option("--requests-per-point", type=click.IntRange(min=1), default=64, show_default=True,
               help="Requests per point (with --duration-per-point: at most this many).")
-@click.option("--duration-per-point", type=click.FloatRange(min=0.1),
+@click.option("--duration-per-point", type=FiniteFloat(min=0.1),
               help="Seconds per point; no request starts after it (the point also ends when "
                    "--requests-per-point requests have run).")
 @click.option("--warmup", type=click.IntRange(min=0), default=4, show_default=True)
@@ -54,12 +55,12 @@ from servekit.results.summary import Summary
               help="Prompts from a JSONL file (prompt or messages) or a ShareGPT JSON file.")
 @click.option("--api", type=click.Choice(["chat", "completions"]), default="chat",
               show_default=True)
-@click.option("--temperature", type=click.FloatRange(min=0), default=0.0, show_default=True)
+@click.option("--temperature", type=FiniteFloat(min=0), default=0.0, show_default=True)
 @click.option("--chat-template-kwargs", help='JSON object, e.g. \'{"thinking_mode": "enabled"}\'.')
 @click.option("--tools", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="A JSON list of OpenAI tool definitions sent with every chat request.")
 @click.option("--slo", help="Goodput objectives, e.g. ttft_ms=500,tpot_ms=50,e2e_s=10.")
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=600.0, show_default=True,
+@click.option("--timeout", type=FiniteFloat(min=0.1), default=600.0, show_default=True,
               help="Seconds one request may take before it counts as a timeout.")
 @click.option("--max-failure-rate", type=click.FloatRange(min=0, max=1), default=0.0,
               show_default=True, help="Fraction of requests that may fail; past it (by "
@@ -68,7 +69,7 @@ from servekit.results.summary import Summary
               help="Processes that send the load, past one client core; records merge.")
 @click.option("--min-tokens", is_flag=True,
               help="Also pin the output length with min_tokens (servers without ignore_eos).")
-@click.option("--metrics-interval", type=click.FloatRange(min=0), default=0.25, show_default=True,
+@click.option("--metrics-interval", type=FiniteFloat(min=0), default=0.25, show_default=True,
               help="Seconds between /metrics samples during a point; 0 scrapes only around it.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--api-key-env", default="OPENAI_API_KEY", show_default=True,

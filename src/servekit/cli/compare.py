@@ -8,7 +8,7 @@ import click
 
 from servekit.analyze.compare import compare_runs, speculation_facts
 from servekit.bench.store import read_summary
-from servekit.cli._output import emit_json, json_option, stdout_console
+from servekit.cli._output import FiniteFloat, emit_json, json_option, stdout_console
 from servekit.errors import ServekitError
 from servekit.report.build import summary_profile
 from servekit.report.tables import compare_table
@@ -18,7 +18,7 @@ from servekit.results.compare import ComparedRuns
 @click.command("compare")
 @click.argument("run_a", type=click.Path(exists=True, path_type=Path))
 @click.argument("run_b", type=click.Path(exists=True, path_type=Path))
-@click.option("--per-stream-target", type=click.FloatRange(min=0, min_open=True),
+@click.option("--per-stream-target", type=FiniteFloat(min=0, min_open=True),
               help="Per-stream tok/s target: highest concurrency meeting it.")  # fmt: skip
 @json_option
 def compare_command(

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from servekit.cli._output import emit_json, json_option
+from servekit.cli._output import emit_json, json_option, make_out_dir
 from servekit.demo import run_demo
 from servekit.sim.faults import parse_fault
 
@@ -37,7 +37,7 @@ def demo_command(out: Path, quick: bool, faults: tuple[str, ...], as_json: bool)
     def say(line: str) -> None:
         click.echo(line, err=as_json)
 
-    result = run_demo(out, quick=quick, faults=faults, say=say)
+    result = run_demo(make_out_dir(out), quick=quick, faults=faults, say=say)
     if as_json:
         emit_json(result)
         return

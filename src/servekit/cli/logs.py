@@ -12,14 +12,15 @@ from pathlib import Path
 import click
 
 from servekit.cli._engine import known_engine, state_dir_option
+from servekit.cli._log_file import log_line_batches
 from servekit.cli._output import (
     emit_json,
     json_option,
     profiles_dir_option,
     stdout_console,
 )
-from servekit.doctor.log_analysis import analyze_log, log_analysis_to_json
-from servekit.errors import ChecksFailed, StartupLogError, UsageError
+from servekit.doctor.log_analysis import LogAnalyzer, log_analysis_to_json
+from servekit.errors import ChecksFailed, StartupLogError
 from servekit.hardware import lookup_gpu
 from servekit.report.log_view import print_analysis
 from servekit.runtime.follow import show_log
@@ -77,14 +78,11 @@ def analyze_command(file: Path, gpu: str | None, quantization: str | None, as_js
     Exit 0 for a log without failures, 3 when the log holds a failure signature
     (illegal memory access, CUDA OOM, a dead engine, max_model_len not fitting...).
     """
-    try:
-        text = file.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise UsageError(
-            f"cannot read {file}: {exc.strerror}", fix="pass a readable log file"
-        ) from None
     capability = lookup_gpu(gpu).compute_capability if gpu else None
-    analysis = analyze_log(text, compute_capability=capability, quantization=quantization)
+    analyzer = LogAnalyzer(compute_capability=capability, quantization=quantization)
+    for lines in log_line_batches(file):  # streamed: a log of any size, bounded memory
+        analyzer.feed(lines)
+    analysis = analyzer.finish()
     if not analysis.figures.found_any and not analysis.issues:
         raise StartupLogError(
             f"{file} holds no vLLM startup figures or failure lines",

@@ -82,6 +82,13 @@ class ServekitGroup(click.Group):
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
+        except click.UsageError as exc:
+            # click's own usage errors (a bad option value, a missing argument) in the same
+            # one line as ours, with the command's help as the fix.
+            where = exc.ctx.command_path if exc.ctx is not None else ctx.command_path
+            message = exc.format_message().rstrip(".")
+            click.echo(f"servekit: error: {message}; see '{where} --help'", err=True)
+            raise click.exceptions.Exit(exc.exit_code) from None
         except ServekitError as exc:
             if not (isinstance(exc, ChecksFailed) and exc.reported):
                 click.echo(f"servekit: error: {exc}", err=True)

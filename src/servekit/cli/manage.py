@@ -9,6 +9,7 @@ from rich.markup import escape
 
 from servekit.cli._engine import known_engine, state_dir_option
 from servekit.cli._output import (
+    FiniteFloat,
     emit_json,
     json_option,
     profiles_dir_option,
@@ -22,7 +23,7 @@ from servekit.runtime.state import state_dir as default_state_dir
 
 @click.command("down")
 @click.argument("profile")
-@click.option("--grace", type=click.FloatRange(min=0), default=30.0, show_default=True,
+@click.option("--grace", type=FiniteFloat(min=0), default=30.0, show_default=True,
               help="Seconds to wait after SIGTERM (docker stop -t) before killing.")  # fmt: skip
 @state_dir_option
 @profiles_dir_option

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import click
 
+from servekit.cli._log_file import log_line_batches
 from servekit.cli._output import (
+    FiniteFloat,
     emit_json,
     json_option,
     profiles_dir_option,
@@ -20,23 +21,13 @@ from servekit.plan import make_plan, plan_inputs, plan_to_json
 from servekit.plan.checkpoint import architecture_from_config, read_checkpoint
 from servekit.plan.fit import NON_TORCH_INCREASE_BYTES, misfit_parts
 from servekit.plan.reconcile import reconcile, reconcile_to_json
-from servekit.plan.startup_log import LogFailure, parse_startup_log
+from servekit.plan.startup_log import LogFailure, StartupLogScanner
 from servekit.profiles import load_profile
 from servekit.report.plan_view import plan_view
 from servekit.results.plan import CheckpointBlock
 from servekit.units import GIB
 
 MAX_NON_TORCH_GIB = 1024.0
-
-
-def _finite(_ctx: click.Context, param: click.Parameter, value: float) -> float:
-    # FloatRange lets NaN through: every comparison with NaN is false
-    if not math.isfinite(value):
-        raise click.BadParameter(
-            f"{value} is not a number of GiB; give e.g. {NON_TORCH_INCREASE_BYTES / GIB:g}",
-            param=param,
-        )
-    return value
 
 
 @click.command("plan")
@@ -54,8 +45,7 @@ def _finite(_ctx: click.Context, param: click.Parameter, value: float) -> float:
 )
 @click.option(
     "--non-torch-gib",
-    type=click.FloatRange(min=0, max=MAX_NON_TORCH_GIB),
-    callback=_finite,
+    type=FiniteFloat(min=0, max=MAX_NON_TORCH_GIB),
     default=NON_TORCH_INCREASE_BYTES / GIB,
     show_default=True,
     help="Non-torch memory vLLM's profiling adds per GPU.",
@@ -81,7 +71,10 @@ def plan_command(
     rows = None
     failures: tuple[LogFailure, ...] = ()
     if from_log is not None:
-        figures = parse_startup_log(from_log.read_text(encoding="utf-8", errors="replace"))
+        scanner = StartupLogScanner()
+        for lines in log_line_batches(from_log):
+            scanner.feed(lines)
+        figures = scanner.finish()
         if not figures.found_any:
             raise StartupLogError(
                 f"{from_log} holds no vLLM startup figures",

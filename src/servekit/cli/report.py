@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from servekit.cli._output import emit_json, json_option
+from servekit.cli._output import FiniteFloat, emit_json, json_option
 from servekit.report.build import write_report
 
 
@@ -16,7 +16,7 @@ from servekit.report.build import write_report
               metavar="RUN_A RUN_B", help="Add the A/B comparison of two runs.")  # fmt: skip
 @click.option("--validate", "validate_path", type=click.Path(exists=True, path_type=Path),
               help="validate.json (or its --out DIR) to include [found in runs].")  # fmt: skip
-@click.option("--per-stream-target", type=click.FloatRange(min=0, min_open=True),
+@click.option("--per-stream-target", type=FiniteFloat(min=0, min_open=True),
               help="Per-stream tok/s target line [the profile's bench target].")  # fmt: skip
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path))
 @json_option

@@ -10,6 +10,7 @@ import click
 from servekit import __version__
 from servekit.bench.store import RUN_FILES, RecordWriter, check_run_dir, write_summary
 from servekit.cli._output import (
+    FiniteFloat,
     check_load_options,
     emit_json,
     json_option,
@@ -36,7 +37,9 @@ def sim_group() -> None:
 @sim_group.command("run")
 @click.option("--profile", "profile_name", required=True, help="Profile to simulate.")
 @click.option("--concurrency", help="Closed-loop concurrency levels, e.g. 1,4,16,128.")
-@click.option("--rate", help="Open-loop arrival rates in requests/s, e.g. 0.5,1,2.")
+@click.option(
+    "--rate", help="Open-loop arrival rates in requests/s, e.g. 0.5,1,2 (inf: all at once)."
+)
 @click.option(
     "--arrival",
     default="poisson",
@@ -46,7 +49,7 @@ def sim_group() -> None:
 @click.option("--requests-per-point", type=click.IntRange(min=1), default=256, show_default=True)
 @click.option("--input-len", type=click.IntRange(min=1), help="Prompt tokens [profile's].")
 @click.option("--output-len", type=click.IntRange(min=1), help="Output tokens [profile's].")
-@click.option("--temperature", type=click.FloatRange(min=0), default=0.7, show_default=True)
+@click.option("--temperature", type=FiniteFloat(min=0), default=0.7, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Run directory.")
 @click.option("--force", is_flag=True, help="Replace the results of a previous run in --out.")
@@ -84,7 +87,7 @@ def run_command(
         LoadPoint(
             f"rate={r:g}", requests_per_point, ilen, olen, temperature, rate_rps=r, arrival=arrival
         )
-        for r in parse_numbers(rate, float, "--rate")
+        for r in parse_numbers(rate, float, "--rate", allow_inf=True)
     ]
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     results = simulate_sweep(lambda s: build_engine(profile, seed=s), points, seed=seed)

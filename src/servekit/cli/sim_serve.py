@@ -6,7 +6,7 @@ import json
 
 import click
 
-from servekit.cli._output import json_option, profiles_dir_option, set_option
+from servekit.cli._output import FiniteFloat, json_option, profiles_dir_option, set_option
 from servekit.profiles import load_profile
 from servekit.sim.faults import ACCEPTED_FORMS, parse_faults
 from servekit.sim.server import serve
@@ -34,7 +34,7 @@ def _json_ready(line: str) -> None:
 )
 @click.option(
     "--time-scale",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloat(min=0, min_open=True),
     default=1.0,
     show_default=True,
     help="Wall seconds per simulated second (0.1 runs ten times faster).",

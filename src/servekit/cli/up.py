@@ -9,6 +9,7 @@ import click
 
 from servekit.cli._engine import state_dir_option
 from servekit.cli._output import (
+    FiniteFloat,
     emit_json,
     json_option,
     profiles_dir_option,
@@ -40,7 +41,7 @@ from servekit.runtime.state import state_dir as default_state_dir
               help="Interpreter for --launcher module.")  # fmt: skip
 @click.option("--wait/--no-wait", default=True, show_default=True,
               help="Follow the startup by stage until /health answers 200.")  # fmt: skip
-@click.option("--timeout", type=click.FloatRange(min=1),
+@click.option("--timeout", type=FiniteFloat(min=1),
               help="Seconds the start may take (default: deploy.startup_timeout_s).")  # fmt: skip
 @state_dir_option
 @set_option

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 import click
 
+from servekit import jsontext
 from servekit.bench.store import VALIDATE_FILES, prepare_run_dir
 from servekit.cli._output import (
+    FiniteFloat,
     emit_json,
     json_option,
+    make_out_dir,
     parse_json_object,
     parse_numbers,
     profiles_dir_option,
@@ -47,7 +49,7 @@ from servekit.validate.runner import CheckResult, check_names, run_checks, valid
 @click.option("--log", "log_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="The engine's log: failures quote its lines and name the known issue.")
 @click.option("--reference-url", help="The same model without speculation, to compare outputs.")
-@click.option("--timeout", type=click.FloatRange(min=1), default=180.0, show_default=True,
+@click.option("--timeout", type=FiniteFloat(min=1), default=180.0, show_default=True,
               help="Seconds per check (x4 for the ladder and long context).")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
               help="Keep validate.json and transcripts.jsonl (API key redacted) here.")
@@ -59,6 +61,7 @@ def validate_command(as_json: bool, out: Path | None, force: bool, **opts: Any) 
     spec = _spec(opts)
     if out is not None:
         prepare_run_dir(out, VALIDATE_FILES, force=force)
+        make_out_dir(out)
 
     def show(result: CheckResult) -> None:  # results come redacted (spec.redactor)
         if not as_json:
@@ -68,7 +71,7 @@ def validate_command(as_json: bool, out: Path | None, force: bool, **opts: Any) 
         results = asyncio.run(run_checks(spec, out=out, on_result=show))
     doc = validate_document(results, spec)
     if out is not None:
-        text = json.dumps(doc.as_json(), indent=2)
+        text = jsontext.dumps(doc.as_json(), indent=2, ensure_ascii=True, what="validate.json")
         (out / "validate.json").write_text(text + "\n", encoding="utf-8")
     if as_json:
         emit_json(doc.as_json())

@@ -1,6 +1,6 @@
 """Startup and crash log analysis (core): figures, failures, and the known issues they match.
 
-`analyze_log` reads one vLLM log's text with `plan.startup_log.parse_startup_log` and
+`analyze_log` (or `LogAnalyzer`, batch by batch) reads one vLLM log with `plan.startup_log` and
 matches every line against the knowledge base. The log names the vLLM version, the
 model path and the resolved architecture, which narrow the match (the MiniMax-M3 top-k
 bug is not named for a Qwen crash); the GPU's compute capability is not in the log,
@@ -9,13 +9,14 @@ so the caller may pass it (from a profile or `--gpu`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from servekit.kb.known_issues import KnownIssue, knowledge_base, match_log_lines
-from servekit.plan.startup_log import StartupFigures, parse_startup_log
+from servekit.kb.known_issues import KnownIssue, knowledge_base, known_issues, match_log_lines
+from servekit.plan.startup_log import StartupFigures, StartupLogScanner, is_failure_line
 
-__all__ = ["IssueHit", "LogAnalysis", "analyze_log", "log_analysis_to_json"]
+__all__ = ["IssueHit", "LogAnalysis", "LogAnalyzer", "analyze_log", "log_analysis_to_json"]
 
 _MAX_QUOTED_LINES = 3
 
@@ -74,27 +75,77 @@ def analyze_log(
     Returns:
         The analysis; issues matched on failure lines come before the others.
     """
-    figures = parse_startup_log(text)
-    names = [n for n in (figures.model, figures.architecture, model_hint) if n]
-    failure_lines = {failure.line_no for failure in figures.failures}
-    matches = match_log_lines(
-        text.split("\n"),
-        version=figures.vllm_version,
-        compute_capability=compute_capability,
-        model="\n".join(names) or None,
-        quantization=quantization,
-        max_lines=None,
+    analyzer = LogAnalyzer(
+        compute_capability=compute_capability, quantization=quantization, model_hint=model_hint
     )
-    hits = [
-        IssueHit(
-            issue=m.issue,
-            lines=m.lines[:_MAX_QUOTED_LINES],
-            on_failure=any(number in failure_lines for number, _ in m.lines),
+    analyzer.feed(text.split("\n"))
+    return analyzer.finish()
+
+
+class LogAnalyzer:
+    """`analyze_log` over a log given in batches of lines, in order (a file the shell
+    streams), in memory bounded by the largest batch: per issue it keeps the first three
+    matching lines and whether any matching line was a failure.
+
+    The vLLM version and the model, which narrow the match, are known only once the whole
+    log is read, so every issue with log patterns is matched and `finish` keeps those
+    the deployment falls in (an unknown fact never excludes, as in `match_log_lines`).
+    """
+
+    def __init__(
+        self,
+        *,
+        compute_capability: str | None = None,
+        quantization: str | None = None,
+        model_hint: str | None = None,
+    ) -> None:
+        self._figures = StartupLogScanner()
+        self._compute_capability = compute_capability
+        self._quantization = quantization
+        self._model_hint = model_hint
+        self._lines: dict[str, list[tuple[int, str]]] = {}  # issue id -> first matching lines
+        self._on_failure: dict[str, bool] = {}
+        self._count = 0  # lines fed so far
+
+    def feed(self, lines: Sequence[str]) -> None:
+        """Read the next lines of the log (without their `\\n`)."""
+        self._figures.feed(lines)
+        matches = match_log_lines(
+            list(lines),
+            compute_capability=self._compute_capability,
+            quantization=self._quantization,
+            max_lines=None,
         )
-        for m in matches
-    ]
-    hits.sort(key=lambda hit: not hit.on_failure)  # stable: knowledge-base order within
-    return LogAnalysis(figures=figures, issues=tuple(hits), kb_version=knowledge_base().version)
+        for m in matches:
+            kept = self._lines.setdefault(m.issue.id, [])
+            kept.extend(
+                (self._count + n, text) for n, text in m.lines[: _MAX_QUOTED_LINES - len(kept)]
+            )
+            if not self._on_failure.get(m.issue.id):
+                self._on_failure[m.issue.id] = any(is_failure_line(t) for _, t in m.lines)
+        self._count += len(lines)
+
+    def finish(self) -> LogAnalysis:
+        """The analysis of the whole log fed so far; issues matched on failure lines first."""
+        figures = self._figures.finish()
+        names = [n for n in (figures.model, figures.architecture, self._model_hint) if n]
+        hits = [
+            IssueHit(
+                issue=issue,
+                lines=tuple(self._lines[issue.id]),
+                on_failure=self._on_failure[issue.id],
+            )
+            for issue in known_issues()
+            if issue.id in self._lines
+            and issue.affects(
+                version=figures.vllm_version,
+                compute_capability=self._compute_capability,
+                model="\n".join(names) or None,
+                quantization=self._quantization,
+            )
+        ]
+        hits.sort(key=lambda hit: not hit.on_failure)  # stable: knowledge-base order within
+        return LogAnalysis(figures=figures, issues=tuple(hits), kb_version=knowledge_base().version)
 
 
 def log_analysis_to_json(analysis: LogAnalysis) -> dict[str, Any]:

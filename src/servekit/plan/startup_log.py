@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 
@@ -30,9 +30,12 @@ from servekit.lines import line_starts, matching_lines
 
 __all__ = [
     "FAILURE_KINDS",
+    "MAX_FAILURES",
     "LogFailure",
     "MaxLenShortfall",
     "StartupFigures",
+    "StartupLogScanner",
+    "is_failure_line",
     "parse_startup_log",
 ]
 
@@ -246,15 +249,64 @@ def parse_startup_log(text: str) -> StartupFigures:
 
     Returns:
         The figures found (first occurrence; largest weights and smallest available
-        KV across ranks) and every failure line in order with 1-based line numbers.
+        KV across ranks) and every failure line in order with 1-based line numbers
+        (the first `MAX_FAILURES` of them).
     """
-    lines = [_clean(raw) for raw in text.split("\n")]
-    scan = _Scan()
-    # Only lines some pattern matches are read in turn: most lines of a long log (requests,
-    # stats) report nothing, and finding the rest is one C-speed pass per pattern.
-    for index in matching_lines(LINE_HINTS, "\n".join(lines), line_starts(lines)):
-        _scan_figures(scan, lines[index])
-        _scan_failures(scan, lines, index)
+    scanner = StartupLogScanner()
+    scanner.feed(text.split("\n"))
+    return scanner.finish()
+
+
+MAX_FAILURES = 10_000
+"""Failure lines kept: a log of nothing but OOM lines must not hold them all in memory."""
+
+
+class StartupLogScanner:
+    """`parse_startup_log` over a log given in batches of lines, in order (a file the
+    shell streams), holding only a few lines between batches: a log of any size is read
+    in memory bounded by its largest batch.
+
+    Lines are the text between `\\n`s (no `\\n` in them); `finish` after the last batch.
+    """
+
+    def __init__(self) -> None:
+        self._scan = _Scan()
+        self._held: list[str] = []  # cleaned lines not read yet, the first is line _base
+        self._base = 0
+
+    def feed(self, lines: Sequence[str]) -> None:
+        """Read the next lines of the log."""
+        self._held.extend(_clean(raw) for raw in lines)
+        # A max-seq-len error reads the lines after it: the last few wait for the next batch.
+        self._read_held(len(self._held) - (_MAX_LEN_WINDOW - 1))
+
+    def finish(self) -> StartupFigures:
+        """The figures of the whole log fed so far."""
+        self._read_held(len(self._held))
+        return _figures(self._scan)
+
+    def _read_held(self, upto: int) -> None:
+        if upto <= 0:
+            return
+        lines = self._held
+        # Only lines some pattern matches are read in turn: most lines of a long log
+        # (requests, stats) report nothing, and finding the rest is one C-speed pass per
+        # pattern.
+        for index in matching_lines(LINE_HINTS, "\n".join(lines), line_starts(lines)):
+            if index >= upto:
+                break
+            _scan_figures(self._scan, lines[index])
+            _scan_failures(self._scan, lines, index, self._base)
+        del lines[:upto]
+        self._base += upto
+
+
+def is_failure_line(line: str) -> bool:
+    """True when a (cleaned) log line holds one of the failure signatures."""
+    return any(pattern.search(line) for _, pattern in _FAILURE_RES)
+
+
+def _figures(scan: _Scan) -> StartupFigures:
     return StartupFigures(
         weights_gib=scan.weights_gib,
         model_load_s=scan.model_load_s,
@@ -373,14 +425,16 @@ def _scan_profiling(scan: _Scan, line: str) -> None:
         scan.gpu_memory_utilization = _to_float(gmu.group(1))
 
 
-def _scan_failures(scan: _Scan, lines: list[str], index: int) -> None:
-    """Record every failure kind line `index` matches, and a max-seq-len shortfall."""
+def _scan_failures(scan: _Scan, lines: list[str], index: int, base: int) -> None:
+    """Record every failure kind line `index` (line `base + index` of the log) matches, and
+    a max-seq-len shortfall."""
     line = lines[index]
     for kind, pattern in _FAILURE_RES:
         m = pattern.search(line)
         if m is None:
             continue
-        scan.failures.append(LogFailure(kind=kind, line_no=index + 1, text=line.strip()))
+        if len(scan.failures) < MAX_FAILURES:
+            scan.failures.append(LogFailure(kind=kind, line_no=base + index + 1, text=line.strip()))
         if kind == "max_len_too_long" and scan.max_len_shortfall is None:
             scan.max_len_shortfall = _read_shortfall(m, lines, index)
             if scan.max_len_estimate is None:

@@ -8,9 +8,9 @@ renderers put one group on each line.
 
 from __future__ import annotations
 
-import json
 import re
 
+from servekit import jsontext
 from servekit.errors import ConfigError
 from servekit.profiles.schema import Profile, ServeArgs
 
@@ -151,7 +151,7 @@ def _flag_group(name: str, value: object) -> FlagGroup:
 
 
 def _compact_json(value: object) -> str:
-    return json.dumps(value, separators=(",", ":"))
+    return jsontext.dumps(value, separators=(",", ":"), ensure_ascii=True, what="a JSON flag")
 
 
 def _kebab(name: str) -> str:

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from servekit import jsontext
 from servekit.errors import ConfigError
 from servekit.profiles.schema import Profile
 from servekit.render._container import one_line
@@ -232,7 +233,7 @@ def plan_document(plan: ImagePlan) -> dict[str, Any]:
 
 def render_manifest(plan: ImagePlan) -> str:
     """Return `patches/manifest.json`, the plan document the image carries."""
-    return json.dumps(plan_document(plan), indent=2, ensure_ascii=False) + "\n"
+    return jsontext.dumps(plan_document(plan), indent=2, what="the patch manifest") + "\n"
 
 
 def context_files(plan: ImagePlan) -> dict[str, str]:

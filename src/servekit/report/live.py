@@ -27,12 +27,16 @@ class LiveProgress:
             transient=False,
         )
         self._task: TaskID | None = None
+        self._started = False
         self._tokens = 0
         self._errors = 0
         self._start = 0.0
 
     def start_point(self, label: str, total: int) -> None:
         """Begin a new bar for a point of `total` requests."""
+        if not self._started:
+            self._progress.start()
+            self._started = True
         self._tokens = self._errors = 0
         self._start = self._progress.get_time()
         self._task = self._progress.add_task(label, total=total, rate="-", errors=0)
@@ -49,7 +53,8 @@ class LiveProgress:
         )
 
     def __enter__(self) -> LiveProgress:
-        self._progress.start()
+        # The display starts with the first point: a run that fails before any (a server
+        # that does not answer) leaves no empty line above its one-line error.
         return self
 
     def __exit__(
@@ -58,4 +63,5 @@ class LiveProgress:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._progress.stop()
+        if self._started:
+            self._progress.stop()

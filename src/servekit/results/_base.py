@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+import math
+from typing import Annotated, ClassVar
 
-from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    PlainSerializer,
+    ValidationError,
+    WithJsonSchema,
+)
 
 from servekit.errors import ServekitError
 
@@ -24,6 +33,26 @@ class Document(BaseModel):
     def as_json(self) -> dict[str, JsonValue]:
         """The document as JSON values, keys in field order, unset optional keys left out."""
         return self.model_dump(mode="json", exclude_unset=True)
+
+
+def _rate_json(value: float) -> float | str:
+    return "inf" if math.isinf(value) else value
+
+
+# A positive rate where infinity means "no pacing" (`--rate inf`). JSON has no infinity, so
+# the document writes the string "inf"; reading accepts it back (pydantic reads "inf" as a
+# float). NaN and anything not positive are refused.
+RateOrInf = Annotated[
+    float,
+    Field(gt=0, allow_inf_nan=True),
+    PlainSerializer(_rate_json, return_type=float | str, when_used="json"),
+    WithJsonSchema(
+        {
+            "anyOf": [{"type": "number", "exclusiveMinimum": 0}, {"const": "inf"}],
+            "description": 'requests per second; "inf": every request sent at once',
+        }
+    ),
+]
 
 
 def first_error(exc: ValidationError) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from servekit.results._base import Document
+from servekit.results._base import Document, RateOrInf
 
 COMPARE_VERSION: Literal[1] = 1
 Verdict = Literal["better", "worse", "within noise", "n/a"]
@@ -24,7 +24,7 @@ class CompareRow(Document):
 
     load: str
     load_kind: Literal["concurrency", "rate_rps"]
-    load_value: float
+    load_value: RateOrInf
     deltas: dict[str, DeltaBlock]
 
 

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import ValidationError
 
-from servekit.results._base import Document, DocumentError, first_error
+from servekit.results._base import Document, DocumentError, RateOrInf, first_error
 from servekit.results.summary import ClientBlock, ServerBlock, Summary, load_summary
 
 RUN_INFO_VERSION: Literal[1] = 1
@@ -24,7 +24,7 @@ class PlannedPoint(Document):
 
     label: str
     concurrency: int | None
-    rate_rps: float | None
+    rate_rps: RateOrInf | None
     finished: bool = False
     server: ServerBlock | None = None
     client: ClientBlock | None = None

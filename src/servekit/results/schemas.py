@@ -6,12 +6,12 @@ tests/results/test_schemas.py fails when the checked-in files drift from the mod
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 from pydantic import BaseModel, JsonValue, TypeAdapter
 
+from servekit import jsontext
 from servekit.records import RequestRecord
 from servekit.results.compare import Comparison
 from servekit.results.plan import PlanDocument
@@ -40,7 +40,7 @@ def schema_documents() -> dict[str, dict[str, JsonValue]]:
 
 def schema_text(schema: dict[str, JsonValue]) -> str:
     """A schema as the checked-in file holds it."""
-    return json.dumps(schema, indent=2, ensure_ascii=False) + "\n"
+    return jsontext.dumps(schema, indent=2, what="a JSON Schema") + "\n"
 
 
 def write_schemas(directory: Path) -> list[Path]:

@@ -12,7 +12,7 @@ from typing import ClassVar, Literal, Union, get_args, get_origin
 
 from pydantic import JsonValue, ValidationError
 
-from servekit.results._base import Document, DocumentError, first_error
+from servekit.results._base import Document, DocumentError, RateOrInf, first_error
 
 SUMMARY_VERSION: Literal[1] = 1
 Stat = Literal["mean", "p50", "p90", "p99"]
@@ -85,7 +85,7 @@ class SummaryPoint(Document):
     """One load point of a run: counts, throughput, latency distributions, server, client."""
 
     concurrency: int | None
-    rate_rps: float | None
+    rate_rps: RateOrInf | None
     completed: int
     failed: int
     errors: dict[str, int]

@@ -19,6 +19,8 @@ from servekit.workload.synthetic import words
 NEEDLE = "48213"
 MAX_SIZING_STEPS = 12
 LONG_CONTEXT_SHARE = 0.9
+MAX_WORDS_PER_TOKEN = 4  # filler words are one token or more: never more words than this
+MIN_SIZED_SHARE = 0.5  # a long-context prompt below half its target does not count
 OVERFLOW_EXTRA_TOKENS = 256
 _PLAIN_ERRORS = {
     "stream_cut": "stream reset mid-response",
@@ -64,6 +66,8 @@ async def sized_needle_prompt(ctx: Context, target: int) -> tuple[str, int | Non
         ratio = n_words / max(counted, 1)
         step = round(target * ratio) - n_words
         n_words += step if step else (1 if counted < target else -1)
+        # A /tokenize whose counts do not follow the prompt must not grow it without bound.
+        n_words = min(max(n_words, 1), target * MAX_WORDS_PER_TOKEN)
         counted = await _count(ctx, _needle_prompt(n_words))
     return _needle_prompt(n_words), counted, ratio
 
@@ -75,6 +79,10 @@ async def check_long_context(ctx: Context) -> Outcome:
     if target is None:
         return Outcome("skip", "max_model_len unknown: pass --long-context-tokens N")
     prompt, counted, _ = await sized_needle_prompt(ctx, target)
+    if counted is not None and counted < target * MIN_SIZED_SHARE:
+        # Passing on a far shorter prompt would say nothing about long context.
+        return Outcome("fail", f"could build only a {counted}-token prompt for {target} tokens "
+                       "(/tokenize counts do not grow with the prompt)")  # fmt: skip
     body = ctx.body(_messages(prompt), max_tokens=16,
                     chat_template_kwargs=thinking_off(thinking_on(ctx)))  # fmt: skip
     answer = await ctx.chat_stream(body)

@@ -9,6 +9,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from servekit import jsontext
 from servekit.redaction import Redactor
 
 
@@ -28,9 +29,12 @@ class Transcript:
             return
         exchange = {"check": check, "path": path, "request": request, "status": status,
                     "response": response}  # fmt: skip
-        # default=str first, so what it turns into text is redacted too
-        plain = json.loads(json.dumps(exchange, ensure_ascii=False, default=str))
-        line = json.dumps(self._redactor.redact_json(plain), ensure_ascii=False)
+        # default=str first, so what it turns into text is redacted too; what the server
+        # said stays as received but always JSON: a NaN it sent is written null
+        plain = jsontext.finite_or_null(
+            json.loads(json.dumps(exchange, ensure_ascii=False, default=str))
+        )
+        line = jsontext.dumps(self._redactor.redact_json(plain), what="a transcript")
         self._file.write(line + "\n")
         self._file.flush()
 

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 from dataclasses import dataclass
 from typing import Any
@@ -58,7 +59,7 @@ def parse_length(text: str, flag: str) -> LengthSpec:
             return LengthSpec(mean)
         if parts[1] == "uniform" and len(parts) == 2:
             return LengthSpec(mean, "uniform")
-        if parts[1] == "normal" and len(parts) == 3 and float(parts[2]) >= 0:
+        if parts[1] == "normal" and len(parts) == 3 and 0 <= float(parts[2]) < math.inf:
             return LengthSpec(mean, "normal", float(parts[2]))
     except ValueError:
         pass
@@ -75,9 +76,10 @@ def parse_jsonl(text: str, where: str) -> list[PromptItem]:
             continue
         try:
             row: Any = json.loads(line)
-        except json.JSONDecodeError as exc:
+        except (ValueError, RecursionError) as exc:  # also: too deep, a 5000-digit number
             raise UsageError(
-                f"{where}:{number}: not JSON ({exc.msg})", fix="write one JSON object per line"
+                f"{where}:{number}: not JSON ({_json_problem(exc)})",
+                fix="write one JSON object per line",
             ) from None
         items.append(_item(row, f"{where}:{number}"))
     if not items:
@@ -110,9 +112,9 @@ def parse_sharegpt(text: str, where: str) -> list[PromptItem]:
     """Parse a ShareGPT-format JSON file into prompts with output lengths (in words)."""
     try:
         rows: Any = json.loads(text)
-    except json.JSONDecodeError as exc:
+    except (ValueError, RecursionError) as exc:
         raise UsageError(
-            f"{where}: not JSON ({exc.msg} at line {exc.lineno})",
+            f"{where}: not JSON ({_json_problem(exc)})",
             fix="pass the ShareGPT file as downloaded, or a JSONL file of prompts",
         ) from None
     if not isinstance(rows, list):
@@ -140,6 +142,14 @@ def parse_sharegpt(text: str, where: str) -> list[PromptItem]:
             fix="each conversation needs a human turn followed by a gpt turn",
         )
     return items
+
+
+def _json_problem(exc: ValueError | RecursionError) -> str:
+    if isinstance(exc, json.JSONDecodeError):
+        return f"{exc.msg} at line {exc.lineno}"
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    return "a number too long to read"
 
 
 def load_dataset_text(text: str, where: str) -> list[PromptItem]:

@@ -54,11 +54,13 @@ def arrival_offsets(arrival: str, rate_rps: float, count: int, rng: random.Rando
 
     Args:
         arrival: `poisson`, `constant` or `gamma:SHAPE` (see `check_arrival`).
-        rate_rps: mean arrival rate, requests per second.
+        rate_rps: mean arrival rate, requests per second; infinity sends all at offset 0.
         count: how many arrivals.
         rng: draws the gaps (unused by `constant`).
     """
     check_arrival(arrival)
+    if math.isinf(rate_rps):  # "as fast as possible": every request at once, no pacing
+        return [0.0] * count
     if arrival == "constant":
         return constant_arrivals(rate_rps, count)
     if arrival.startswith("gamma:"):

@@ -16,9 +16,14 @@ def parse_tools(text: str, where: str) -> tuple[dict[str, Any], ...]:
     """
     try:
         doc = json.loads(text)
-    except json.JSONDecodeError as exc:
+    except (ValueError, RecursionError) as exc:  # also: nested too deeply, a huge number
+        problem = (
+            f"{exc.msg} at line {exc.lineno}"
+            if isinstance(exc, json.JSONDecodeError)
+            else ("nested too deeply" if isinstance(exc, RecursionError) else "a number too long")
+        )
         raise UsageError(
-            f"--tools {where}: not JSON ({exc.msg} at line {exc.lineno})",
+            f"--tools {where}: not JSON ({problem})",
             fix='write [{"type": "function", "function": {"name": "...", "parameters": {...}}}]',
         ) from None
     if not isinstance(doc, list) or not doc or not all(_is_tool(t) for t in doc):
