@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from servekit.bench.spec import BenchSpec, PointSpec
-from servekit.cli._output import check_load_options, parse_json_object, parse_numbers
+from servekit.cli._output import check_load_options
+from servekit.cli._values import parse_json_object, parse_numbers
 from servekit.client.address import server_address
 from servekit.errors import UsageError
 from servekit.profiles import Profile, load_profile

@@ -7,8 +7,6 @@ diagnostics on stderr. A ServekitError becomes one line on stderr in `cli/main.p
 from __future__ import annotations
 
 import contextlib
-import json
-import math
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -69,50 +67,6 @@ set_option: Callable[[Callable[..., Any]], Callable[..., Any]] = click.option(
 )
 
 
-class FiniteFloat(click.FloatRange):
-    """A float option that refuses NaN and infinity (exit 2), optionally within a range.
-
-    Every float option of every command uses it: `float("nan")` passes click's range checks
-    (every comparison with NaN is false) and would reach summary.json as a bare `NaN`.
-    """
-
-    name = "float"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        number = click.FLOAT.convert(value, param, ctx)
-        if not math.isfinite(number):
-            self.fail(f"{value!r} is not a finite number.", param, ctx)
-        return super().convert(number, param, ctx)
-
-
-def parse_numbers(
-    text: str | None, kind: type[int] | type[float], flag: str, *, allow_inf: bool = False
-) -> list[float]:
-    """Parse a comma-separated list of positive finite numbers given to `flag`.
-
-    With `allow_inf`, `inf` is accepted too (`--rate inf`: send every request at once).
-    """
-    if text is None:
-        return []
-    try:
-        values = [kind(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise UsageError(
-            f"{flag} {text!r} is not a comma-separated list of numbers",
-            fix=f"e.g. {flag} 1,4,16",
-        ) from None
-    infinite_ok = allow_inf and kind is float
-    if not values or any(
-        math.isnan(v) or v <= 0 or (math.isinf(v) and not infinite_ok) for v in values
-    ):
-        raise UsageError(
-            f"{flag} {text!r} needs positive finite numbers"
-            + (" (or inf: all at once)" if infinite_ok else ""),
-            fix=f"e.g. {flag} 1,4,16" + (",inf" if infinite_ok else ""),
-        )
-    return values
-
-
 def make_out_dir(path: Path, flag: str = "--out") -> Path:
     """Create an output directory given to `flag` (and its parents), or say why not."""
     try:
@@ -136,17 +90,3 @@ def check_load_options(concurrency: str | None, rate: str | None, arrival: str) 
             fix="e.g. --concurrency 1,4,16 (closed loop) or --rate 0.5,1,2 (open loop)",
         )
     check_arrival(arrival, name="--arrival")
-
-
-def parse_json_object(text: str, flag: str) -> dict[str, Any]:
-    """Parse the JSON object given to `flag` (e.g. --chat-template-kwargs)."""
-    example = '\'{"thinking_mode": "enabled"}\''
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(
-            f"{flag} is not JSON ({exc.msg})", fix=f"quote it for the shell, e.g. {example}"
-        ) from None
-    if not isinstance(value, dict):
-        raise UsageError(f"{flag} must be a JSON object", fix=f"e.g. {example}")
-    return value

@@ -13,7 +13,6 @@ from servekit.analyze.summarize import parse_slo
 from servekit.bench.summary import run_bench
 from servekit.cli._bench_spec import bench_inputs
 from servekit.cli._output import (
-    FiniteFloat,
     emit_json,
     json_option,
     profiles_dir_option,
@@ -21,6 +20,7 @@ from servekit.cli._output import (
     stdout_console,
 )
 from servekit.cli._rebuild import rebuild_summary
+from servekit.cli._values import FiniteFloat
 from servekit.errors import UsageError
 from servekit.report.live import LiveProgress
 from servekit.report.tables import points_table
@@ -62,7 +62,7 @@ from servekit.results.summary import Summary
 @click.option("--slo", help="Goodput objectives, e.g. ttft_ms=500,tpot_ms=50,e2e_s=10.")
 @click.option("--timeout", type=FiniteFloat(min=0.1), default=600.0, show_default=True,
               help="Seconds one request may take before it counts as a timeout.")
-@click.option("--max-failure-rate", type=click.FloatRange(min=0, max=1), default=0.0,
+@click.option("--max-failure-rate", type=FiniteFloat(min=0, max=1), default=0.0,
               show_default=True, help="Fraction of requests that may fail; past it (by "
               "default, any failure) bench exits 3 after writing the summary.")
 @click.option("--workers", type=click.IntRange(min=1, max=64), default=1, show_default=True,

@@ -8,7 +8,8 @@ import click
 
 from servekit.analyze.compare import compare_runs, speculation_facts
 from servekit.bench.store import read_summary
-from servekit.cli._output import FiniteFloat, emit_json, json_option, stdout_console
+from servekit.cli._output import emit_json, json_option, stdout_console
+from servekit.cli._values import FiniteFloat
 from servekit.errors import ServekitError
 from servekit.report.build import summary_profile
 from servekit.report.tables import compare_table

@@ -8,13 +8,8 @@ import click
 from rich.markup import escape
 
 from servekit.cli._engine import known_engine, state_dir_option
-from servekit.cli._output import (
-    FiniteFloat,
-    emit_json,
-    json_option,
-    profiles_dir_option,
-    stdout_console,
-)
+from servekit.cli._output import emit_json, json_option, profiles_dir_option, stdout_console
+from servekit.cli._values import FiniteFloat
 from servekit.errors import ChecksFailed
 from servekit.runtime.control import engine_status, stop
 from servekit.runtime.state import remove_state

@@ -8,13 +8,13 @@ import click
 
 from servekit.cli._log_file import log_line_batches
 from servekit.cli._output import (
-    FiniteFloat,
     emit_json,
     json_option,
     profiles_dir_option,
     set_option,
     stdout_console,
 )
+from servekit.cli._values import FiniteFloat
 from servekit.errors import PlanError, StartupLogError
 from servekit.hardware import lookup_gpu
 from servekit.plan import make_plan, plan_inputs, plan_to_json

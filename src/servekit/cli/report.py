@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from servekit.cli._output import FiniteFloat, emit_json, json_option
+from servekit.cli._output import emit_json, json_option
+from servekit.cli._values import FiniteFloat
 from servekit.report.build import write_report
 
 

@@ -10,15 +10,14 @@ import click
 from servekit import __version__
 from servekit.bench.store import RUN_FILES, RecordWriter, check_run_dir, write_summary
 from servekit.cli._output import (
-    FiniteFloat,
     check_load_options,
     emit_json,
     json_option,
-    parse_numbers,
     profiles_dir_option,
     set_option,
     stdout_console,
 )
+from servekit.cli._values import FiniteFloat, parse_numbers
 from servekit.cli.sim_fit import fit_command
 from servekit.cli.sim_serve import serve_command
 from servekit.profiles import load_profile
@@ -34,18 +33,14 @@ def sim_group() -> None:
     """The built-in vLLM engine simulator."""
 
 
+# fmt: off
 @sim_group.command("run")
 @click.option("--profile", "profile_name", required=True, help="Profile to simulate.")
 @click.option("--concurrency", help="Closed-loop concurrency levels, e.g. 1,4,16,128.")
-@click.option(
-    "--rate", help="Open-loop arrival rates in requests/s, e.g. 0.5,1,2 (inf: all at once)."
-)
-@click.option(
-    "--arrival",
-    default="poisson",
-    show_default=True,
-    help="poisson | gamma:SHAPE | constant (with --rate).",
-)
+@click.option("--rate",
+              help="Open-loop arrival rates in requests/s, e.g. 0.5,1,2 (inf: all at once).")
+@click.option("--arrival", default="poisson", show_default=True,
+              help="poisson | gamma:SHAPE | constant (with --rate).")
 @click.option("--requests-per-point", type=click.IntRange(min=1), default=256, show_default=True)
 @click.option("--input-len", type=click.IntRange(min=1), help="Prompt tokens [profile's].")
 @click.option("--output-len", type=click.IntRange(min=1), help="Output tokens [profile's].")
@@ -57,21 +52,12 @@ def sim_group() -> None:
 @profiles_dir_option
 @json_option
 def run_command(
-    profile_name: str,
-    concurrency: str | None,
-    rate: str | None,
-    arrival: str,
-    requests_per_point: int,
-    input_len: int | None,
-    output_len: int | None,
-    temperature: float,
-    seed: int,
-    out: Path | None,
-    force: bool,
-    overrides: tuple[str, ...],
-    profiles_dirs: tuple[str, ...],
-    as_json: bool,
+    profile_name: str, concurrency: str | None, rate: str | None, arrival: str,
+    requests_per_point: int, input_len: int | None, output_len: int | None,
+    temperature: float, seed: int, out: Path | None, force: bool,
+    overrides: tuple[str, ...], profiles_dirs: tuple[str, ...], as_json: bool,
 ) -> None:
+    # fmt: on
     """Simulate load points offline, far faster than real time."""
     check_load_options(concurrency, rate, arrival)
     if out is not None:

@@ -6,7 +6,8 @@ import json
 
 import click
 
-from servekit.cli._output import FiniteFloat, json_option, profiles_dir_option, set_option
+from servekit.cli._output import json_option, profiles_dir_option, set_option
+from servekit.cli._values import FiniteFloat
 from servekit.profiles import load_profile
 from servekit.sim.faults import ACCEPTED_FORMS, parse_faults
 from servekit.sim.server import serve

@@ -9,13 +9,13 @@ import click
 
 from servekit.cli._engine import state_dir_option
 from servekit.cli._output import (
-    FiniteFloat,
     emit_json,
     json_option,
     profiles_dir_option,
     set_option,
     stdout_console,
 )
+from servekit.cli._values import FiniteFloat
 from servekit.doctor.log_analysis import analyze_log
 from servekit.errors import Interrupted
 from servekit.profiles import load_profile

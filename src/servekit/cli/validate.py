@@ -12,16 +12,14 @@ import click
 from servekit import jsontext
 from servekit.bench.store import VALIDATE_FILES, prepare_run_dir
 from servekit.cli._output import (
-    FiniteFloat,
     emit_json,
     json_option,
     make_out_dir,
-    parse_json_object,
-    parse_numbers,
     profiles_dir_option,
     redacted_errors,
     stdout_console,
 )
+from servekit.cli._values import FiniteFloat, parse_json_object, parse_numbers
 from servekit.client.address import server_address
 from servekit.errors import ChecksFailed, UsageError
 from servekit.profiles import load_profile
