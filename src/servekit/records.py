@@ -107,6 +107,10 @@ def record_from_json(line: str | bytes, *, where: str = "record") -> RequestReco
 
 
 _INT64 = range(-(2**63), 2**63)
+MAX_REQUEST_TOKENS = 1 << 27
+"""Most tokens one request can carry: the largest max_model_len a profile may set. The
+analysis makes one ITL sample per token, so a count past it (a server's 10^15) is refused
+here rather than exhausting memory there."""
 
 
 def _inconsistency(record: RequestRecord) -> str | None:
@@ -123,6 +127,10 @@ def _inconsistency(record: RequestRecord) -> str | None:
             return f"{name}: outside the 64-bit integer range"
     if any(v not in _INT64 for v in (*record.chunk_ns, *record.chunk_tokens)):
         return "chunk_ns or chunk_tokens: a value outside the 64-bit integer range"
+    if any(v < 0 for v in record.chunk_tokens) or record.output_tokens < 0:
+        return "a negative token count"
+    if max(record.output_tokens, sum(record.chunk_tokens)) > MAX_REQUEST_TOKENS:
+        return f"more than {MAX_REQUEST_TOKENS} tokens in one request"
     return None
 
 
