@@ -136,3 +136,39 @@ def test_compare_cli(tmp_path: Path) -> None:
     bad = CliRunner().invoke(cli, ["compare", str(tmp_path), str(tmp_path / "on")])
     assert bad.exit_code == 1
     assert "summary.json" in bad.stderr
+
+
+def failing(p: dict[str, Any], failed: int, output_tokens_s: float) -> dict[str, Any]:
+    """The point with `failed` failed requests and a (meaningless) throughput."""
+    return dict(p, failed=failed, completed=2, output_throughput_tok_s=output_tokens_s)
+
+
+def test_points_with_failed_requests_never_feed_the_advice() -> None:
+    """A load where one run's requests failed (or its timing is invalid) is shown but not
+    judged: the advice, crossover and per-stream target come from the trusted loads only."""
+    # B at c=16 "wins" by 50% only because most requests failed (e.g. negative usage counts)
+    on = {"points": [*ON["points"][:3], failing(ON["points"][3], 14, 630.0), ON["points"][4]]}
+    doc = compare_runs(OFF, on, spec_name="EAGLE3", max_batch=128, spec_tokens=3)
+    rows = {r["load"]: r for r in doc["points"]}
+    assert rows["c=16"]["excluded"] == "B: 14 of 16 requests failed"
+    assert rows["c=4"]["excluded"] is None
+    spec = doc["speculation"]
+    assert spec["enable_up_to_concurrency"] == 4
+    assert [load for load, _ in spec["gains_pct"]] == [1, 4, 8, 128]
+    assert spec["recommendation"].endswith(
+        "(not judged at c=16: failed requests or invalid timing)"
+    )
+    assert doc["crossover"] == "between c=4 and c=128: B is better below, worse above"
+    invalid = dict(ON["points"][0], client={"valid": False, "warnings": ["event-loop lag 80 ms"]})
+    lagging = compare_runs(OFF, {"points": [invalid, *ON["points"][1:]]})
+    assert lagging["points"][0]["excluded"] == "B: client timing not valid (event-loop lag 80 ms)"
+    assert highest_meeting({"points": [failing(point(4, 200, 2.5, per_stream=50), 1, 200)]},
+                           40) is None  # fmt: skip
+
+
+def test_no_trusted_load_gives_no_advice() -> None:
+    """When every load has failed requests, the advice says it cannot judge, not 'disable'."""
+    broken = {"points": [failing(p, 3, 999.0) for p in ON["points"]]}
+    spec = compare_runs(OFF, broken)["speculation"]
+    assert spec["enable_up_to_concurrency"] is None
+    assert spec["recommendation"].startswith("no advice on speculative decoding")

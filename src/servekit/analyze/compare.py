@@ -118,6 +118,22 @@ def delta(
     return Delta(metric, a, b, round(pct, 2), verdict)
 
 
+def untrusted(point: SummaryPoint) -> str | None:
+    """Why a point's figures cannot support advice, or None: requests failed (the load the
+    server saw was not the load asked for), or the client's own timing was not valid."""
+    if point.failed:
+        return f"{point.failed} of {point.completed + point.failed} requests failed"
+    if not point.client.valid:
+        reason = point.client.warnings[0] if point.client.warnings else "no reason given"
+        return f"client timing not valid ({reason})"
+    return None
+
+
+def _excluded(pa: SummaryPoint, pb: SummaryPoint) -> str | None:
+    reasons = [f"{run}: {why}" for run, p in (("A", pa), ("B", pb)) if (why := untrusted(p))]
+    return "; ".join(reasons) or None
+
+
 def pair_points(run_a: Summary, run_b: Summary) -> list[tuple[Load, SummaryPoint, SummaryPoint]]:
     """Points present in both runs, by load, lowest load first."""
     index_b = {k: p for p in run_b.points if (k := _load_key(p)) is not None}
@@ -134,7 +150,9 @@ def _label(load: Load) -> str:
 
 def crossover(rows: list[CompareRow]) -> str | None:
     """Where B's throughput verdict against A turns from better to worse (or back)."""
-    verdicts = [(r.load, r.deltas["output_throughput_tok_s"].verdict) for r in rows]
+    verdicts = [
+        (r.load, r.deltas["output_throughput_tok_s"].verdict) for r in rows if r.excluded is None
+    ]
     signed = [(load, v) for load, v in verdicts if v in ("better", "worse")]
     for (load_1, v1), (load_2, v2) in itertools.pairwise(signed):
         if v1 != v2:
@@ -147,7 +165,8 @@ def highest_meeting(run: Summary, target: float) -> int | None:
     best = None
     for point in run.points:
         speed = point.per_stream_tok_s.mean
-        if point.concurrency is not None and speed is not None and speed >= target:
+        trusted = untrusted(point) is None
+        if point.concurrency is not None and speed is not None and speed >= target and trusted:
             best = max(best or 0, point.concurrency)
     return best
 
@@ -171,7 +190,7 @@ def speculation_advice(
     gains: list[tuple[float, bool, float]] = []  # (load, pays, % gain of spec over plain)
     for row in rows:
         d = row.deltas["output_throughput_tok_s"]
-        if d.a is None or d.b is None:
+        if d.a is None or d.b is None or row.excluded is not None:
             continue
         spec, plain = (d.b, d.a) if spec_is_b else (d.a, d.b)
         gain = (spec - plain) / plain * 100 if plain else 0.0
@@ -184,7 +203,9 @@ def speculation_advice(
         enable_upto = value
     above = [g for value, _, g in gains if enable_upto is None or value > enable_upto]
     setting = None
-    if enable_upto is None:
+    if not gains:
+        text = f"no advice on {name}: no load has points both runs measured without failures"
+    elif enable_upto is None:
         text = (
             f"disable {name}: it does not raise throughput by {min_gain_pct:g}% "
             "at any measured load"
@@ -206,6 +227,8 @@ def speculation_advice(
             "that have it); disable_by_batch_size has had no effect since v0.10.0 and was "
             "removed (vLLM PR #35060)",
         )
+    if skipped := [row.load for row in rows if row.excluded is not None]:
+        text += f" (not judged at {', '.join(skipped)}: failed requests or invalid timing)"
     return SpeculationAdvice(
         run="B" if spec_is_b else "A",
         recommendation=text,
@@ -269,7 +292,7 @@ def compare_runs(
             name = key if stat is None else f"{key}.{stat}"
             deltas[name] = delta(name, pa, pb, key, stat, higher).to_block()
         rows.append(CompareRow(load=_label(load), load_kind=load[0], load_value=load[1],
-                               deltas=deltas))  # fmt: skip
+                               deltas=deltas, excluded=_excluded(pa, pb)))  # fmt: skip
     doc = Comparison(schema_version=COMPARE_VERSION, points=rows, crossover=crossover(rows))
     spec_a, spec_b = has_speculation(run_a), has_speculation(run_b)
     if spec_a != spec_b and rows and rows[0].load_kind == "concurrency":

@@ -260,7 +260,7 @@ def compare_section(a: Run, b: Run, per_stream_target: float | None) -> Section:
         spec_tokens=k,
     )
     rows = [
-        [row.load]
+        [row.load + (f" (not used for advice: {row.excluded})" if row.excluded else "")]
         + [
             f"{d.delta_pct:+.1f}% ({d.verdict})"
             if (d := row.deltas[key]).delta_pct is not None

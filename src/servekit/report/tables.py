@@ -78,8 +78,11 @@ def compare_table(rows: Sequence[CompareRow], *, title: str) -> Table:
     table.add_column("load")
     for label, _ in _COMPARE_COLUMNS:
         table.add_column(label, justify="right")
+    notes = [f"{row.load}: {row.excluded}" for row in rows if row.excluded is not None]
+    if notes:
+        table.caption = "* not used for advice: " + "; ".join(notes)
     for row in rows:
-        cells: list[Text | str] = [row.load]
+        cells: list[Text | str] = [row.load + ("*" if row.excluded is not None else "")]
         for _, key in _COMPARE_COLUMNS:
             d = row.deltas[key]
             if d.delta_pct is None:

@@ -26,6 +26,8 @@ class CompareRow(Document):
     load_kind: Literal["concurrency", "rate_rps"]
     load_value: RateOrInf
     deltas: dict[str, DeltaBlock]
+    # why this load cannot support advice (requests failed, timing not valid), else None
+    excluded: str | None = None
 
 
 class SpeculativeConfig(Document):
