@@ -11,7 +11,6 @@ recognises by the marker file it writes, and it refuses any other non-empty dire
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shutil
 import subprocess
@@ -23,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from servekit import __version__, jsontext
+from servekit import __version__
 from servekit.analyze.compare import compare_runs, highest_meeting, speculation_facts
 from servekit.analyze.timescale import to_simulated_time
 from servekit.bench.spec import BenchSpec, PointSpec
@@ -38,7 +37,7 @@ from servekit.render.targets import render
 from servekit.report.build import write_report
 from servekit.results.summary import Summary
 from servekit.validate.context import ValidateSpec
-from servekit.validate.runner import run_checks, validate_document
+from servekit.validate.runner import CheckResult, run_validate
 
 PROFILE = REFERENCE_PROFILE
 NO_EAGLE3 = f"{PROFILE}-no-eagle3"
@@ -239,12 +238,8 @@ def run_demo(
             ladder=tuple(on.validate_defaults.ladder),
             check_timeout_s=60.0,
         )
-        results = asyncio.run(run_checks(spec, out=out / "validate"))
-        doc = validate_document(results, spec)
-        (out / "validate" / "validate.json").write_text(
-            jsontext.dumps(doc.as_json(), indent=2, ensure_ascii=True, what="validate.json") + "\n",
-            encoding="utf-8",
-        )
+        results: list[CheckResult] = []
+        doc = run_validate(spec, out=out / "validate", on_result=results.append)
         for r in results:
             say(f"validate {r.status:>4}  {r.name}: {r.detail}")
         if not doc.passed:

@@ -20,6 +20,7 @@ from servekit.bench.store import RecordWriter, load_records, read_records
 from servekit.cli.main import cli
 from servekit.demo import ENTRIES, MARKER, prepare_out
 from servekit.errors import ServekitError
+from servekit.validate.runner import CHECKS
 
 PROFILE = "minimax-m3-mxfp8-8xa800"
 StartServer = Callable[..., tuple["subprocess.Popen[bytes]", str]]
@@ -173,6 +174,41 @@ def test_sigterm_keeps_records_and_summary(
     rebuilt = _resummarize(out, "--force")
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert json.loads(rebuilt.stdout) == summary
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(("sig", "code", "how"), [(signal.SIGTERM, 143, "SIGTERM"),
+                                                 (signal.SIGINT, 130, "Ctrl-C")],
+                         ids=["SIGTERM", "Ctrl-C"])  # fmt: skip
+def test_a_stopped_validate_keeps_the_checks_that_finished(
+    tmp_path: Path, hostile_url: str, sig: signal.Signals, code: int, how: str
+) -> None:
+    """SIGTERM or Ctrl-C while a check runs (here long_context, on a /tokenize that never
+    answers): validate.json holds the finished checks, the running one failed as stopped,
+    the rest skipped; one error line, the signal's exit code."""
+    out = tmp_path / "validate"
+    argv = [sys.executable, "-m", "servekit", "validate", "--url",
+            f"{hostile_url}/m/stall_tokenize", "--timeout", "60", "--out", str(out)]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:  # one line per check as it is decided
+        seen.append(line)
+        if " tool_calls: " in line:  # long_context, the next check, now waits on /tokenize
+            break
+    proc.send_signal(sig)
+    rest = proc.communicate(timeout=60)[1]
+    err = "".join(seen) + rest
+    assert proc.returncode == code, err
+    assert "Traceback" not in err
+    assert rest.strip().splitlines()[-1].startswith(f"servekit: error: validate stopped by {how}")
+    doc = json.loads((out / "validate.json").read_text(encoding="utf-8"))
+    checks = {c["name"]: (c["status"], c["detail"]) for c in doc["checks"]}
+    assert list(checks) == [name for _, name, _ in CHECKS]
+    assert checks["tool_calls"][0] == "pass"
+    assert checks["long_context"] == ("fail", f"stopped by {how} before it finished")
+    assert checks["ladder"] == ("skip", f"not run: stopped by {how}")
+    assert doc["passed"] is False
 
 
 @pytest.mark.integration

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 from pathlib import Path
 from typing import Any
 
 import click
 
-from servekit import jsontext
 from servekit.bench.store import VALIDATE_FILES, prepare_run_dir
 from servekit.cli._output import (
     emit_json,
@@ -24,8 +22,9 @@ from servekit.client.address import server_address
 from servekit.errors import ChecksFailed, UsageError
 from servekit.profiles import load_profile
 from servekit.report.tables import checks_table
+from servekit.results.validate import ValidateDocument
 from servekit.validate.context import ValidateSpec
-from servekit.validate.runner import CheckResult, check_names, run_checks, validate_document
+from servekit.validate.runner import CheckResult, check_names, run_validate
 
 
 # fmt: off
@@ -65,17 +64,14 @@ def validate_command(as_json: bool, out: Path | None, force: bool, **opts: Any) 
         if not as_json:
             click.echo(f"{result.status:>4}  {result.name}: {result.detail}", err=True)
 
+    def show_document(doc: ValidateDocument) -> None:
+        if as_json:
+            emit_json(doc.as_json())
+        else:
+            stdout_console().print(checks_table(doc.checks, title=f"validate {spec.base_url}"))
+
     with redacted_errors(spec.redactor):
-        results = asyncio.run(run_checks(spec, out=out, on_result=show))
-    doc = validate_document(results, spec)
-    if out is not None:
-        text = jsontext.dumps(doc.as_json(), indent=2, ensure_ascii=True, what="validate.json")
-        (out / "validate.json").write_text(text + "\n", encoding="utf-8")
-    if as_json:
-        emit_json(doc.as_json())
-    else:
-        title = f"validate {spec.base_url}"
-        stdout_console().print(checks_table(doc.checks, title=title))
+        doc = run_validate(spec, out=out, on_result=show, on_document=show_document)
     if not doc.passed:
         failed = ", ".join(doc.failed())
         raise ChecksFailed(f"validate failed: {failed}", fix="see each failed check's detail above")

@@ -16,10 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from servekit import jsontext
+from servekit.bench._signals import sigterm_as_interrupt
 from servekit.bench.scrape import scrape
 from servekit.client.endpoint import open_endpoint
 from servekit.client.transport import Transport
-from servekit.errors import UsageError
+from servekit.errors import Interrupted, Terminated, UsageError
 from servekit.redaction import Redactor
 from servekit.results.validate import (
     VALIDATE_VERSION,
@@ -161,3 +163,68 @@ def validate_document(
         target=ValidateTarget(url=url or spec.base_url, model=spec.model),
         checks=[r.to_block() for r in results],
     )
+
+
+def run_validate(
+    spec: ValidateSpec,
+    *,
+    out: Path | None = None,
+    on_result: Callable[[CheckResult], None] = lambda _: None,
+    on_document: Callable[[ValidateDocument], None] = lambda _: None,
+) -> ValidateDocument:
+    """Run the checks, write `out`/validate.json and hand the document to `on_document`.
+
+    Ctrl-C or SIGTERM (docker stop, Kubernetes, timeout) stops the run like this: the
+    checks that finished keep their results, the one that was running fails as stopped, the
+    rest are skipped as not run; validate.json is written and `on_document` sees it, then
+    the stop is raised.
+
+    Raises:
+        Interrupted: Ctrl-C (exit 130), or `Terminated` for SIGTERM (exit 143).
+    """
+    results: list[CheckResult] = []
+
+    def keep(result: CheckResult) -> None:
+        results.append(result)
+        on_result(result)
+
+    stopped: Interrupted | None = None
+    with sigterm_as_interrupt() as signals:
+        try:
+            asyncio.run(run_checks(spec, out=out, on_result=keep))
+        except KeyboardInterrupt:
+            how = "SIGTERM" if signals.terminated else "Ctrl-C"
+            for result in _not_finished(spec, {r.name for r in results}, how):
+                keep(result)
+            kind = Terminated if signals.terminated else Interrupted
+            stopped = kind(
+                f"validate stopped by {how}; validate.json holds the checks that finished",
+                fix="run validate again to check the rest",
+            )
+        finally:
+            signals.forward = False  # validate.json is never cut short
+    doc = validate_document(results, spec)
+    if out is not None:
+        text = jsontext.dumps(doc.as_json(), indent=2, ensure_ascii=True, what="validate.json")
+        (out / "validate.json").write_text(text + "\n", encoding="utf-8")
+    on_document(doc)
+    if stopped is not None:
+        raise stopped
+    return doc
+
+
+def _not_finished(spec: ValidateSpec, done: set[str], how: str) -> list[CheckResult]:
+    """The results of the checks a stop left: the running one failed, the rest not run."""
+    left = []
+    running = True
+    for group, name, _ in CHECKS:
+        if name in done:
+            continue
+        if not _selected(spec, group, name):
+            left.append(CheckResult(name, "skip", "not selected (--only/--skip)", 0.0))
+        elif running:
+            left.append(CheckResult(name, "fail", f"stopped by {how} before it finished", 0.0))
+            running = False
+        else:
+            left.append(CheckResult(name, "skip", f"not run: stopped by {how}", 0.0))
+    return left
