@@ -1,0 +1,73 @@
+"""report.md and report.html with hostile text from the server and the model: a /version
+that closes the code fence, HTML, links, images and table breaks stay literal text."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from markdown_it import MarkdownIt
+
+from servekit.cli.main import cli
+
+PROFILE = "minimax-m3-mxfp8-8xa800"
+# what a hostile or broken server can send as /version, a model name or model output
+VERSION = "0.32.0\n```\n<script>alert(1)</script>\n```\n# pwned\n[click](javascript:alert(2))"
+MODEL = "m3 ![t](http://tracker.invalid/p.png) | injected | cell"
+DETAIL = "answer ```` <img src=x onerror=alert(3)> [a](javascript:alert(4)) *bold*"
+
+
+@pytest.fixture
+def hostile_run(tmp_path: Path) -> Path:
+    """A simulated run whose summary carries the hostile server text."""
+    run = tmp_path / "run"
+    result = CliRunner().invoke(cli, ["sim", "run", "--profile", PROFILE, "--concurrency", "1",
+                                      "--requests-per-point", "4", "--output-len", "8",
+                                      "--out", str(run)])  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+    doc["target"]["server_version"] = VERSION
+    doc["target"]["model"] = MODEL
+    (run / "summary.json").write_text(json.dumps(doc), encoding="utf-8")
+    return run
+
+
+def test_hostile_server_text_stays_text_in_markdown_and_html(
+    hostile_run: Path, tmp_path: Path
+) -> None:
+    """Rendered as CommonMark (raw HTML allowed, as GitHub's viewer does in part), report.md
+    holds no script, foreign image, javascript: link or heading from the server; the
+    version stays inside its code block; report.html escapes all of it."""
+    validate = tmp_path / "validate.json"
+    check = {"name": "chat", "status": "pass", "detail": DETAIL, "duration_s": 0.1}
+    validate.write_text(json.dumps({"passed": True, "checks": [check]}), encoding="utf-8")
+    out = tmp_path / "report"
+    result = CliRunner().invoke(
+        cli, ["report", str(hostile_run), "--validate", str(validate), "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.stderr
+    markdown = (out / "report.md").read_text(encoding="utf-8")
+    md = MarkdownIt("commonmark").enable("table")
+    blocks = md.parse(markdown)
+    tokens = [t for block in blocks for t in (block, *(block.children or []))]
+    assert not [t.content for t in tokens if t.type in ("html_block", "html_inline")]
+    links = [t.attrGet("href") for t in tokens if t.type == "link_open"]
+    assert links == []  # no link at all: servekit writes none, the server's became text
+    images = [str(t.attrGet("src")) for t in tokens if t.type == "image"]
+    assert images
+    assert all(src.endswith(".png") and "/" not in src for src in images)
+    headings = [blocks[i + 1].content for i, t in enumerate(blocks) if t.type == "heading_open"]
+    assert headings[1:] == ["Runs", "Functional validation", "Plots", "Provenance: run"]
+    code = [t.content for t in tokens if t.type == "fence"]
+    assert any(VERSION in block for block in code)  # the version stayed inside its block
+    rendered = md.render(markdown)
+    assert "<script" not in rendered
+    assert "<img src=x" not in rendered
+    assert "<em>bold</em>" not in rendered
+    assert "*bold*" in rendered
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert "<script>alert(1)" not in page
+    assert "<img src=x" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
