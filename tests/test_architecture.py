@@ -63,8 +63,8 @@ IO_METHODS = {
 # Lowest first. A package may import its own modules, and packages of lower layers only.
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"errors"}),  # the error tree
-    # version, units, lines, secrets, JSON out
-    frozenset({"servekit", "units", "lines", "redaction", "jsontext"}),
+    # version, units, lines, secrets, JSON and Markdown out
+    frozenset({"servekit", "units", "lines", "redaction", "jsontext", "mdtext"}),
     frozenset({"specs", "records", "reference"}),  # shared values, the seed figures
     frozenset({"results"}),  # the typed documents (summary, plan, validate, compare)
     frozenset({"profiles", "hardware", "kb"}),  # data and its loaders

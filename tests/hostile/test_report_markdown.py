@@ -10,7 +10,9 @@ import pytest
 from click.testing import CliRunner
 from markdown_it import MarkdownIt
 
+from servekit.bench.store import write_summary_tables
 from servekit.cli.main import cli
+from servekit.results.summary import load_summary
 
 PROFILE = "minimax-m3-mxfp8-8xa800"
 # what a hostile or broken server can send as /version, a model name or model output
@@ -71,3 +73,15 @@ def test_hostile_server_text_stays_text_in_markdown_and_html(
     assert "<script>alert(1)" not in page
     assert "<img src=x" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+def test_summary_md_keeps_the_servers_model_name_literal(hostile_run: Path) -> None:
+    """bench's summary.md titles the table with the server's model name: it stays text."""
+    summary = load_summary(json.loads((hostile_run / "summary.json").read_text("utf-8")))
+    write_summary_tables(hostile_run, summary)
+    markdown = (hostile_run / "summary.md").read_text(encoding="utf-8")
+    tokens = [t for b in MarkdownIt("commonmark").enable("table").parse(markdown)
+              for t in (b, *(b.children or []))]  # fmt: skip
+    assert not [t for t in tokens if t.type in ("image", "link_open", "html_inline")]
+    header = next(t for t in tokens if t.type == "inline")
+    assert header.content.startswith("servekit bench: m3 \\!\\[t\\]")

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from servekit import jsontext
+from servekit import jsontext, mdtext
 from servekit.analyze.point_columns import point_headers, point_rows
 from servekit.bench._files import iter_lines, read_json_document
 from servekit.errors import ServekitError
@@ -256,6 +256,6 @@ def write_summary_tables(run_dir: Path, summary: Summary) -> None:
         "|" + "---|" * len(point_headers("markdown")),
         *("| " + " | ".join(row) + " |" for row in point_rows(points, "markdown")),
     ]
-    title = summary.target.model
+    title = mdtext.cell(str(summary.target.model))  # the server's name for it: untrusted
     text = f"# servekit bench: {title}\n\n" + "\n".join(lines) + "\n"
     (run_dir / "summary.md").write_text(text, encoding="utf-8")

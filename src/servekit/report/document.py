@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import base64
 import html
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+from servekit import mdtext
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,56 +107,27 @@ def render_html(title: str, sections: Sequence[Section]) -> str:
     )
 
 
-_MD_INLINE = re.compile(r"([\\`*_\[\]!|~])")
-"""Punctuation that makes Markdown anywhere in a line: escapes, code spans, emphasis, links
-and images, table cells, strikethrough (CommonMark lets each be backslash-escaped); & < >
-" ' are left to `html.escape`, which turns them into entities."""
-_MD_BLOCK_START = re.compile(r"^(#{1,6}|[-+=]|\d{1,9}[.)])(?=\s|$|[-=])")
-"""What makes a block at a paragraph's start: a heading, a list item, a rule."""
-
-
-def _md_cell(text: str) -> str:
-    """Untrusted text as literal inline Markdown on one line: no link, image, emphasis, code
-    span, cell break or HTML."""
-    return html.escape(_MD_INLINE.sub(r"\\\1", " ".join(text.splitlines())))
-
-
-def _md_paragraph(text: str) -> str:
-    """Untrusted text as one literal paragraph: also no heading, list or rule at its start."""
-    cell = _md_cell(text).lstrip()
-    if match := _MD_BLOCK_START.match(cell):
-        marker = match.group(1)
-        return marker[:-1] + "\\" + marker[-1] + cell[len(marker) :]
-    return cell
-
-
-def _md_fence(code: Sequence[str]) -> str:
-    """A backtick fence no line of `code` can close: longer than its longest backtick run."""
-    longest = max((len(run) for line in code for run in re.findall(r"`+", line)), default=0)
-    return "`" * max(3, longest + 1)
-
-
 def render_markdown(title: str, sections: Sequence[Section]) -> str:
     """report.md: the same content, plots linked as the PNG files beside it."""
     lines = [f"# {title}", ""]
     for section in sections:
         lines += [f"## {section.title}", ""]
-        for paragraph in section.paragraphs:
-            lines += [_md_paragraph(paragraph), ""]
+        for text in section.paragraphs:
+            lines += [mdtext.paragraph(text), ""]
         for table in section.tables:
-            lines += [f"**{_md_cell(table.caption)}**", ""]
-            lines.append("| " + " | ".join(_md_cell(h) for h in table.header) + " |")
+            lines += [f"**{mdtext.cell(table.caption)}**", ""]
+            lines.append("| " + " | ".join(mdtext.cell(h) for h in table.header) + " |")
             lines.append("|" + "---|" * len(table.header))
-            lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in table.rows]
+            lines += ["| " + " | ".join(mdtext.cell(c) for c in row) + " |" for row in table.rows]
             lines.append("")
         if section.code:
-            fence = _md_fence(section.code)
+            fence = mdtext.fence(section.code)
             lines += [fence, *section.code, fence, ""]
         for fig in section.figures:
             lines += [
-                f"![{_md_cell(fig.title)}]({fig.name}.png)",
+                f"![{mdtext.cell(fig.title)}]({fig.name}.png)",
                 "",
-                f"*{_md_cell(fig.caption)}*",
+                f"*{mdtext.cell(fig.caption)}*",
                 "",
             ]
     return "\n".join(lines)
