@@ -3,6 +3,7 @@ golden-file comparison."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -71,10 +72,8 @@ class ScriptServer:
     pid: int
 
 
-@pytest.fixture
-def start_script() -> Iterator[Callable[..., ScriptServer]]:
-    """Run a test server script (`python SCRIPT PORT *args`) on a free port.
-    Every script started is stopped at the end."""
+@contextlib.contextmanager
+def _script_starter() -> Iterator[Callable[..., ScriptServer]]:
     started: list[subprocess.Popen[bytes]] = []
 
     def start(script: str, *args: str) -> ScriptServer:
@@ -84,9 +83,26 @@ def start_script() -> Iterator[Callable[..., ScriptServer]]:
         wait_for_port(port)
         return ScriptServer(f"http://127.0.0.1:{port}", proc.pid)
 
-    yield start
-    for proc in started:
-        stop(proc)
+    try:
+        yield start
+    finally:
+        for proc in started:
+            stop(proc)
+
+
+@pytest.fixture
+def start_script() -> Iterator[Callable[..., ScriptServer]]:
+    """Run a test server script (`python SCRIPT PORT *args`) on a free port.
+    Every script started is stopped at the end."""
+    with _script_starter() as start:
+        yield start
+
+
+@pytest.fixture(scope="session")
+def start_session_script() -> Iterator[Callable[..., ScriptServer]]:
+    """`start_script` for servers shared by a whole session (stopped at its end)."""
+    with _script_starter() as start:
+        yield start
 
 
 @pytest.fixture

@@ -3,12 +3,10 @@ free loopback port for the whole session."""
 
 from __future__ import annotations
 
-import socket
-import subprocess
 import sys
-import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,34 +16,7 @@ if str(HERE) not in sys.path:  # the tests import hostile_server's table of mode
 SCRIPT = HERE / "hostile_server.py"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_for_port(port: int) -> None:
-    for _ in range(400):
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise AssertionError(f"the hostile server did not listen on port {port}")
-
-
 @pytest.fixture(scope="session")
-def hostile_url() -> Iterator[str]:
+def hostile_url(start_session_script: Callable[..., Any]) -> str:
     """`http://127.0.0.1:PORT` of a running hostile server; append `/m/MODE` for a mode."""
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, str(SCRIPT), str(port)])
-    try:
-        _wait_for_port(port)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+    return str(start_session_script(str(SCRIPT)).url)
