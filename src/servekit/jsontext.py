@@ -86,3 +86,20 @@ def finite_or_null(document: object) -> object:
     if isinstance(document, list | tuple):
         return [finite_or_null(value) for value in document]
     return document
+
+
+LOAD_FAILURES = (ValueError, RecursionError)
+"""What `json.loads` raises on text it cannot take: bad syntax or bytes (JSONDecodeError and
+UnicodeDecodeError are ValueErrors), a number past the int conversion limit, nesting past
+the recursion limit."""
+
+
+def load_problem(exc: ValueError | RecursionError) -> str:
+    """What is wrong with JSON text that `json.loads` refused, in a few words."""
+    if isinstance(exc, json.JSONDecodeError):
+        return f"{exc.msg} at line {exc.lineno}"
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    if isinstance(exc, UnicodeDecodeError):
+        return "not UTF-8 text"
+    return "a number too long to read"

@@ -24,6 +24,7 @@ import multiprocessing as mp
 import os
 import queue
 import signal
+import sys
 import time
 from dataclasses import dataclass, replace
 from multiprocessing.context import SpawnProcess
@@ -110,7 +111,7 @@ class WorkerPool:
         for proc in self._procs:
             proc.join(max(deadline - time.monotonic(), 0.0))
             if proc.is_alive():
-                proc.terminate()
+                proc.kill()  # workers ignore SIGTERM (see _worker_main)
                 proc.join(2.0)
 
     async def send_point(
@@ -152,8 +153,15 @@ def _worker_main(
     results: mp.Queue[tuple[Any, ...]],
     counter: Synchronized[int],
 ) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops us
-    asyncio.run(_worker_loop(worker, spec, inbox, results, counter))
+    # The parent handles Ctrl-C and SIGTERM (a process group gets both) and stops us.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        asyncio.run(_worker_loop(worker, spec, inbox, results, counter))
+    except BaseException as exc:  # say why on one line, secrets removed; no raw traceback
+        text = spec.redactor.redact(f"{type(exc).__name__}: {exc}")
+        print(f"servekit bench worker {worker}: {text}", file=sys.stderr, flush=True)
+        os._exit(1)
 
 
 async def _worker_loop(

@@ -28,6 +28,7 @@ from servekit.bench.store import (
     write_summary_tables,
 )
 from servekit.client.endpoint import open_endpoint
+from servekit.client.models import malformed_models, model_entries, model_len
 from servekit.client.transport import Transport
 from servekit.client.urls import redact_url
 from servekit.errors import ChecksFailed, EndpointError, Interrupted, ServekitError, Terminated
@@ -59,18 +60,19 @@ async def discover(
                 f"cannot reach {base_url}/v1/models ({reply.error_kind}: {reply.error})",
                 fix="check --url and that the server is up",
             )
-        doc = reply.doc
-        data = doc.get("data") if isinstance(doc, dict) else None
-        if not isinstance(data, list) or not data or not isinstance(data[0], dict):
+        entries = model_entries(reply.doc)
+        if not entries:
             raise EndpointError(
                 f"{base_url}/v1/models lists no model", fix="pass --model or check the server"
             )
-        entry = {k: v for k, v in data[0].items() if k in _MODEL_FIELDS}
-        max_len = entry.get("max_model_len")
+        if problem := malformed_models(entries):
+            raise EndpointError(
+                f"malformed {base_url}/v1/models reply: {problem}",
+                fix="check the server (or the proxy in front of it) and its version",
+            )
+        entry = {k: v for k, v in entries[0].items() if k in _MODEL_FIELDS}
         version = await server.version()
-    return ServerInfo(
-        str(entry.get("id")), max_len if isinstance(max_len, int) else None, version, entry
-    )
+    return ServerInfo(str(entry["id"]), model_len(entry), version, entry)
 
 
 _MODEL_FIELDS = ("id", "root", "owned_by", "max_model_len", "parent", "created")

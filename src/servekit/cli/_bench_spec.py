@@ -8,7 +8,7 @@ from typing import Any
 
 from servekit.bench.spec import BenchSpec, PointSpec
 from servekit.cli._output import check_load_options
-from servekit.cli._values import parse_json_object, parse_numbers
+from servekit.cli._values import parse_json_object, parse_numbers, read_text_option
 from servekit.client.address import server_address
 from servekit.errors import UsageError
 from servekit.profiles import Profile, load_profile
@@ -55,7 +55,9 @@ def bench_inputs(opts: dict[str, Any]) -> tuple[BenchSpec, list[PointSpec], Prof
             fix="keep the shared prefix under half the input",
         )
     dataset: Path | None = opts["dataset"]
-    items = load_dataset_text(_read_text(dataset, "--dataset"), str(dataset)) if dataset else None
+    items = (
+        load_dataset_text(read_text_option(dataset, "--dataset"), str(dataset)) if dataset else None
+    )
     model = opts["model"] or (prof.serve_args.served_model_name or prof.model.path if prof else "")
     spec = BenchSpec(
         base_url=address.base_url,
@@ -77,7 +79,7 @@ def bench_inputs(opts: dict[str, Any]) -> tuple[BenchSpec, list[PointSpec], Prof
         shared_prefix=opts["shared_prefix"],
         tokenizer=opts["tokenizer"],
         duration_per_point_s=opts["duration_per_point"],
-        tools=parse_tools(_read_text(opts["tools"], "--tools"), str(opts["tools"]))
+        tools=parse_tools(read_text_option(opts["tools"], "--tools"), str(opts["tools"]))
         if opts["tools"]
         else (),
         workers=opts["workers"],
@@ -98,18 +100,3 @@ def bench_inputs(opts: dict[str, Any]) -> tuple[BenchSpec, list[PointSpec], Prof
         for r in parse_numbers(rate, float, "--rate", allow_inf=True)
     ]
     return spec, points, prof
-
-
-def _read_text(path: Path, flag: str) -> str:
-    """A text file given to `flag`, as UTF-8; a binary or compressed file is a usage error."""
-    try:
-        return path.read_bytes().decode("utf-8")
-    except OSError as exc:
-        raise UsageError(
-            f"cannot read {flag} {str(path)!r}: {exc.strerror or exc}", fix="pass a readable file"
-        ) from None
-    except UnicodeDecodeError as exc:
-        raise UsageError(
-            f"{flag} {str(path)!r} is not UTF-8 text (byte {exc.start}): binary or compressed?",
-            fix=f"pass {flag} a UTF-8 text file (decompress a .gz first)",
-        ) from None

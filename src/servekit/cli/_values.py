@@ -1,15 +1,18 @@
 """Option value types and parsers of the CLI (shell): finite floats, number lists, JSON
-objects. Each names the flag and the fix when the text cannot work."""
+objects, the text of an input file. Each names the flag and the fix when it cannot work."""
 
 from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 import click
 
-from servekit.errors import UsageError
+from servekit import jsontext
+from servekit.bench._files import open_regular
+from servekit.errors import ServekitError, UsageError
 
 
 class FiniteFloat(click.FloatRange):
@@ -61,10 +64,37 @@ def parse_json_object(text: str, flag: str) -> dict[str, Any]:
     example = '\'{"thinking_mode": "enabled"}\''
     try:
         value = json.loads(text)
-    except json.JSONDecodeError as exc:
+    except jsontext.LOAD_FAILURES as exc:
         raise UsageError(
-            f"{flag} is not JSON ({exc.msg})", fix=f"quote it for the shell, e.g. {example}"
+            f"{flag} is not JSON ({jsontext.load_problem(exc)})",
+            fix=f"quote it for the shell, e.g. {example}",
         ) from None
     if not isinstance(value, dict):
         raise UsageError(f"{flag} must be a JSON object", fix=f"e.g. {example}")
     return value
+
+
+MAX_INPUT_BYTES = {"--dataset": 4 * 2**30, "--tools": 16 * 2**20}
+"""The largest file each flag reads (ShareGPT's JSON is about 0.7 GB; a tools file a few kB)."""
+
+
+def read_text_option(path: Path, flag: str) -> str:
+    """A regular UTF-8 text file given to `flag` (a FIFO, a device, a binary or compressed
+    file, or one past `MAX_INPUT_BYTES` is a usage error)."""
+    fix = f"pass {flag} a regular UTF-8 text file"
+    try:
+        with open_regular(path, fix=fix, max_bytes=MAX_INPUT_BYTES[flag]) as file:
+            raw = file.read()
+    except ServekitError as exc:
+        raise UsageError(f"{flag}: {exc.message}", fix=exc.fix or fix) from None
+    except OSError as exc:
+        raise UsageError(
+            f"cannot read {flag} {str(path)!r}: {exc.strerror or exc}", fix=fix
+        ) from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"{flag} {str(path)!r} is not UTF-8 text (byte {exc.start}): binary or compressed?",
+            fix=f"pass {flag} a UTF-8 text file (decompress a .gz first)",
+        ) from None

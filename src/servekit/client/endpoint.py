@@ -16,7 +16,14 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from servekit.client.http import JsonReply, TimedStream, request_json, stream_request
+from servekit.client.http import (
+    MAX_BODY_BYTES,
+    JsonReply,
+    TimedStream,
+    read_at_most,
+    request_json,
+    stream_request,
+)
 from servekit.client.transport import Transport, TransportError
 
 HEALTH_TIMEOUT_S = 5.0
@@ -74,14 +81,15 @@ class Endpoint:
         )
 
     async def _get_body(self, path: str, timeout_s: float) -> tuple[int, bytes] | None:
-        """GET `path` and read its whole body: (status, body), or None when nothing answers
-        in time or the connection fails."""
+        """GET `path` and read its body: (status, body), or None when nothing answers in
+        time, the connection fails or the body is larger than `MAX_BODY_BYTES`."""
         try:
             async with asyncio.timeout(timeout_s):
                 async with self.transport.send(
                     "GET", self.url(path), body=None, headers=self.headers
                 ) as resp:
-                    return resp.status, await resp.read()
+                    body, more = await read_at_most(resp, MAX_BODY_BYTES)
+                    return None if more else (resp.status, body)
         except (TransportError, TimeoutError):
             return None
 

@@ -22,9 +22,16 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from servekit import jsontext
 from servekit.client.sse import SseLineTooLong, SseParser
 from servekit.client.stream import STREAM_CUT, StreamReader, StreamResult
-from servekit.client.transport import ConnectFailed, Disconnected, Transport, TransportError
+from servekit.client.transport import (
+    ConnectFailed,
+    Disconnected,
+    Response,
+    Transport,
+    TransportError,
+)
 
 CONTEXT_LENGTH = "context_length"
 CONNECT = "connect"
@@ -35,6 +42,35 @@ LINE_TOO_LONG = "line_too_long"
 # server ignored `stream: true`) or a page (a proxy or gateway). Other types, including
 # none, are read as SSE: the parser classifies what does not parse.
 NOT_A_STREAM = frozenset({"application/json", "text/html", "text/plain", "application/xml"})
+
+
+MAX_BODY_BYTES = 16 * 1024 * 1024
+"""The largest body read whole (a JSON reply, /metrics); a larger one is `body_too_large`.
+vLLM's /metrics of a large deployment is a few hundred kB, /v1/models a few kB."""
+MAX_ERROR_BYTES = 64 * 1024
+"""What is read of a refusal's or a wrong content type's body: enough for any message."""
+MAX_MESSAGE_CHARS = 500
+"""A server's error message is cut to this before it reaches records and the terminal."""
+BODY_TOO_LARGE = "body_too_large"
+
+
+async def read_at_most(resp: Response, limit: int) -> tuple[bytes, bool]:
+    """The body's first `limit` bytes and whether there was more (the rest is not read:
+    leaving the response closes the connection)."""
+    parts: list[bytes] = []
+    size = 0
+    async for piece in resp.pieces():
+        parts.append(piece)
+        size += len(piece)
+        if size > limit:
+            return b"".join(parts)[:limit], True
+    return b"".join(parts), False
+
+
+def _one_line(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """A server's text on one line of printable characters, at most `limit` of them."""
+    flat = "".join(c if c.isprintable() else " " for c in text)
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,17 +84,18 @@ class TimedStream:
 
 
 def _error_message(body: bytes) -> str:
+    """A refusal's message on one bounded line: the OpenAI `error.message`, else the body."""
     try:
         doc: Any = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return body[:300].decode("utf-8", "replace")
+    except jsontext.LOAD_FAILURES:
+        return _one_line(body[:300].decode("utf-8", "replace"))
     if isinstance(doc, dict):
         err = doc.get("error", doc)
         if isinstance(err, dict) and isinstance(err.get("message"), str):
-            return str(err["message"])
+            return _one_line(str(err["message"]))
         if isinstance(doc.get("message"), str):
-            return str(doc["message"])
-    return str(doc)[:300]
+            return _one_line(str(doc["message"]))
+    return _one_line(str(doc)[:300])
 
 
 async def stream_request(
@@ -93,12 +130,13 @@ async def stream_request(
                 sent = resp.sent_ns or sent
                 status = resp.status
                 if status != 200:
-                    message = _error_message(await resp.read())
+                    message = _error_message((await read_at_most(resp, MAX_ERROR_BYTES))[0])
                     reader.result.error_kind = _status_kind(status, message)
                     reader.result.error = message
                     return TimedStream(sent, time.monotonic_ns(), status, reader.result)
                 if resp.content_type in NOT_A_STREAM:
-                    body_start = (await resp.read())[:200].decode("utf-8", "replace")
+                    start, _ = await read_at_most(resp, MAX_ERROR_BYTES)
+                    body_start = _one_line(start[:200].decode("utf-8", "replace"), 200)
                     reader.result.error_kind = WRONG_CONTENT_TYPE
                     reader.result.error = (
                         f"answered Content-Type {resp.content_type or '(none)'!r}, not "
@@ -183,7 +221,9 @@ async def request_json(
         async with asyncio.timeout(timeout_s):
             async with transport.send(method, url, body=payload, headers=all_headers) as resp:
                 status, content_type = resp.status, resp.content_type
-                raw = await resp.read()
+                raw, more = await read_at_most(
+                    resp, MAX_BODY_BYTES if status == 200 else MAX_ERROR_BYTES
+                )
     except TimeoutError:
         return JsonReply(
             status, None, time.monotonic() - start, TIMEOUT, f"no answer within {timeout_s:g} s"
@@ -195,6 +235,9 @@ async def request_json(
     except TransportError as exc:
         return JsonReply(status, None, time.monotonic() - start, STREAM_CUT, str(exc))
     elapsed = time.monotonic() - start
+    if status == 200 and more:
+        problem = f"the body is larger than {MAX_BODY_BYTES} bytes"
+        return JsonReply(status, None, elapsed, BODY_TOO_LARGE, problem, content_type)
     if status != 200:
         message = _error_message(raw)
         return JsonReply(
@@ -202,8 +245,9 @@ async def request_json(
         )
     try:
         doc = json.loads(raw) if raw else None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except jsontext.LOAD_FAILURES as exc:
+        problem = jsontext.load_problem(exc)
         return JsonReply(
-            status, None, elapsed, "not_json", f"the body is not JSON ({exc})", content_type
+            status, None, elapsed, "not_json", f"the body is not JSON ({problem})", content_type
         )
     return JsonReply(status, doc, elapsed, None, None, content_type)

@@ -34,13 +34,17 @@ def health(url: str, *, timeout_s: float = PROBE_TIMEOUT_S) -> int | None:
         return None
 
 
+MAX_MODELS_BYTES = 1024 * 1024
+"""The most of a `/v1/models` body read (an entry is a few hundred bytes)."""
+
+
 def served_models(url: str, *, timeout_s: float = PROBE_TIMEOUT_S) -> list[dict[str, Any]]:
     """`GET /v1/models`'s entries, or [] when it does not answer with the OpenAI shape."""
     try:
         with urllib.request.urlopen(f"{url}/v1/models", timeout=timeout_s) as response:  # noqa: S310
-            document = orjson.loads(response.read())
+            document = orjson.loads(response.read(MAX_MODELS_BYTES))
     except (OSError, ValueError, http.client.HTTPException, orjson.JSONDecodeError):
-        return []
+        return []  # a cut body past the bound is not JSON either
     data = document.get("data") if isinstance(document, dict) else None
     return [d for d in data if isinstance(d, dict)] if isinstance(data, list) else []
 

@@ -109,9 +109,9 @@ def render_html(title: str, sections: Sequence[Section]) -> str:
 
 def render_markdown(title: str, sections: Sequence[Section]) -> str:
     """report.md: the same content, plots linked as the PNG files beside it."""
-    lines = [f"# {title}", ""]
+    lines = [f"# {mdtext.cell(title)}", ""]  # titles hold run directory names
     for section in sections:
-        lines += [f"## {section.title}", ""]
+        lines += [f"## {mdtext.cell(section.title)}", ""]
         for text in section.paragraphs:
             lines += [mdtext.paragraph(text), ""]
         for table in section.tables:

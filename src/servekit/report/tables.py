@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -16,7 +17,7 @@ from servekit.results.validate import CheckBlock
 
 def points_table(points: Sequence[SummaryPoint], *, title: str) -> Table:
     """The deployment's table (concurrency, output tok/s, mean latency) plus timing columns."""
-    table = Table(*point_headers("terminal"), title=title, title_justify="left")
+    table = Table(*point_headers("terminal"), title=escape(title), title_justify="left")
     for row in point_rows(points, "terminal"):
         table.add_row(*row)
     return table
@@ -47,7 +48,7 @@ _STATUS_STYLE = {"pass": "green", "fail": "bold red", "warn": "yellow", "skip": 
 def checks_table(checks: Sequence[CheckBlock], *, title: str) -> Table:
     """validate's checks: status, name, one-line detail and duration (details escaped, since
     they quote model output)."""
-    table = Table(title=title, show_lines=False)
+    table = Table(title=escape(title), show_lines=False)
     for column in ("status", "check", "detail", "s"):
         table.add_column(column, overflow="fold", justify="right" if column == "s" else "left")
     for check in checks:
@@ -74,13 +75,13 @@ _COMPARE_COLUMNS = (
 
 def compare_table(rows: Sequence[CompareRow], *, title: str) -> Table:
     """compare's rows: per load, B's change against A for each headline metric."""
-    table = Table(title=title)
+    table = Table(title=escape(title))  # a server's model name is not markup
     table.add_column("load")
     for label, _ in _COMPARE_COLUMNS:
         table.add_column(label, justify="right")
     notes = [f"{row.load}: {row.excluded}" for row in rows if row.excluded is not None]
     if notes:
-        table.caption = "* not used for advice: " + "; ".join(notes)
+        table.caption = escape("* not used for advice: " + "; ".join(notes))
     for row in rows:
         cells: list[Text | str] = [row.load + ("*" if row.excluded is not None else "")]
         for _, key in _COMPARE_COLUMNS:

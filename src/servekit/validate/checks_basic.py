@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from servekit.client.models import malformed_models, model_entries, model_len
 from servekit.validate.context import ChatAnswer, Context, Outcome
 from servekit.validate.judge import (
     REASONING_MARKERS,
@@ -56,11 +57,10 @@ async def check_models(ctx: Context) -> Outcome:
     reply = await ctx.get("/v1/models")
     if reply.error_kind is not None:
         return Outcome("fail", f"/v1/models: {reply.error_kind}: {reply.error}")
-    data = reply.doc.get("data") if isinstance(reply.doc, dict) else None
-    entries = [d for d in data or [] if isinstance(d, dict) and "id" in d]
+    entries = model_entries(reply.doc)
     if not entries:
         return Outcome("fail", "/v1/models lists no model")
-    if problem := _malformed_models(entries):
+    if problem := malformed_models(entries):
         return Outcome("fail", f"malformed /v1/models reply: {problem}")
     names = [str(d["id"]) for d in entries]
     wanted = ctx.spec.model or names[0]
@@ -70,7 +70,7 @@ async def check_models(ctx: Context) -> Outcome:
         )
     entry = entries[names.index(wanted)]
     ctx.model = wanted
-    ctx.max_model_len = _model_len(entry)
+    ctx.max_model_len = model_len(entry)
     version = await ctx.get("/version", timeout_s=5.0)
     server_version = version.doc.get("version") if isinstance(version.doc, dict) else None
     return Outcome(
@@ -84,35 +84,13 @@ async def check_models(ctx: Context) -> Outcome:
 async def learn_model(ctx: Context) -> None:
     """Learn the served name and max_model_len quietly (the `models` check reports them)."""
     reply = await ctx.get("/v1/models")
-    data = reply.doc.get("data") if isinstance(reply.doc, dict) else None
-    entries = [d for d in data or [] if isinstance(d, dict) and "id" in d]
-    entries = [d for d in entries if isinstance(d["id"], str)]
+    entries = [d for d in model_entries(reply.doc) if isinstance(d["id"], str)]
     names: list[str] = [d["id"] for d in entries]
     if not names:
         ctx.model = ctx.spec.model or ""
         return
     ctx.model = ctx.spec.model if ctx.spec.model in names else names[0]
-    ctx.max_model_len = _model_len(entries[names.index(ctx.model)])
-
-
-def _malformed_models(entries: list[dict[str, Any]]) -> str | None:
-    """What is wrong with /v1/models entries (an id that is no string, a max_model_len that
-    is no positive integer), or None. Such a reply is the server's fault, not the model's."""
-    for index, entry in enumerate(entries):
-        if not isinstance(entry["id"], str) or not entry["id"]:
-            return f"data[{index}].id is {entry['id']!r}, not a model name"
-        length = entry.get("max_model_len")
-        if length is not None and _model_len(entry) is None:
-            return f"data[{index}].max_model_len is {length!r}, not a positive integer"
-    return None
-
-
-def _model_len(entry: dict[str, Any]) -> int | None:
-    """An entry's max_model_len when it is a positive integer (not a bool), else None."""
-    length = entry.get("max_model_len")
-    if isinstance(length, int) and not isinstance(length, bool) and length > 0:
-        return length
-    return None
+    ctx.max_model_len = model_len(entries[names.index(ctx.model)])
 
 
 async def check_max_model_len(ctx: Context) -> Outcome:
@@ -235,7 +213,7 @@ def _normal(calls: list[tuple[str, str, str | None]]) -> list[tuple[str, Any]]:
     for name, arguments, _ in calls:
         try:
             out.append((name, json.loads(arguments or "{}")))
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # not JSON, a 5000-digit number, too deep
             out.append((name, arguments))
     return out
 

@@ -8,7 +8,9 @@ import random
 from collections import Counter
 from typing import Any
 
+from servekit.bench._files import open_regular
 from servekit.bench.scrape import scrape, server_block
+from servekit.errors import ServekitError
 from servekit.kb.known_issues import Behaviour, known_issues, match_log_lines
 from servekit.validate.checks_basic import failed, thinking_on
 from servekit.validate.context import ChatAnswer, Context, Outcome
@@ -122,12 +124,21 @@ def _describe_errors(answers: list[ChatAnswer]) -> str:
     return ", ".join(f"{_PLAIN_ERRORS.get(k, k)} x{n}" for k, n in kinds.most_common())
 
 
+MAX_LOG_BYTES = 512 * 2**20
+"""The largest engine log validate scans for known issues (`logs analyze` streams any size)."""
+
+
 def _known(ctx: Context, behaviour: Behaviour) -> tuple[str, list[dict[str, Any]]]:
     """The known issues this behaviour points to, quoting the log when there is one."""
     log = ctx.spec.log_file
     notes, found = [], []
-    if log is not None and log.is_file():
-        lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+    lines: list[str] = []
+    if log is not None:
+        try:
+            with open_regular(log, fix="pass --log a regular file", max_bytes=MAX_LOG_BYTES) as f:
+                lines = f.read().decode("utf-8", "replace").splitlines()
+        except (ServekitError, OSError) as exc:
+            notes.append(f"--log not read: {getattr(exc, 'message', None) or exc}")
         for match in match_log_lines(lines, behaviour=behaviour, model=ctx.model or None):
             quote = "; ".join(f"{log.name}:{n}: {text[:160]}" for n, text in match.lines)
             notes.append(f"log: {quote}; known issue {match.issue.id} ({match.issue.title}); "

@@ -75,6 +75,9 @@ def judge_tool_call(name: str, arguments: str, tools: Sequence[dict[str, Any]]) 
         return ToolCallVerdict(
             False, f"arguments of {name} are not JSON ({exc.msg}): {arguments[:80]!r}"
         )
+    except (ValueError, RecursionError):  # a 5000-digit number, nesting past the limit
+        return ToolCallVerdict(False, f"arguments of {name} are JSON no parser should take: "
+                               f"{arguments[:80]!r}")  # fmt: skip
     schema = by_name[name].get("parameters") or {"type": "object"}
     try:
         jsonschema.validate(parsed, schema)

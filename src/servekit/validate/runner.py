@@ -145,9 +145,20 @@ async def _run_one(ctx: Context, name: str, check: CheckFn) -> CheckResult:
     return CheckResult(name, outcome.status, outcome.detail, time.monotonic() - start, outcome.data)
 
 
+MAX_DETAIL_CHARS = 1000
+"""A check's detail is one line of at most this many printable characters: it quotes model
+and server text, which may hold terminal escapes or run on without end."""
+
+
+def _printable(text: str) -> str:
+    flat = "".join(c if c.isprintable() else " " for c in text)
+    return flat if len(flat) <= MAX_DETAIL_CHARS else flat[: MAX_DETAIL_CHARS - 3] + "..."
+
+
 def _redacted(result: CheckResult, redactor: Redactor) -> CheckResult:
-    detail, data = redactor.redact(result.detail), redactor.redact_json(result.data)
-    if detail is result.detail and data is result.data:
+    """The result with the run's secrets removed and its detail made one printable line."""
+    detail, data = _printable(redactor.redact(result.detail)), redactor.redact_json(result.data)
+    if detail == result.detail and data is result.data:
         return result
     return dataclasses.replace(result, detail=detail, data=data)
 

@@ -15,6 +15,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+from servekit import jsontext
 from servekit.errors import UsageError
 
 
@@ -78,7 +79,7 @@ def parse_jsonl(text: str, where: str) -> list[PromptItem]:
             row: Any = json.loads(line)
         except (ValueError, RecursionError) as exc:  # also: too deep, a 5000-digit number
             raise UsageError(
-                f"{where}:{number}: not JSON ({_json_problem(exc)})",
+                f"{where}:{number}: not JSON ({jsontext.load_problem(exc)})",
                 fix="write one JSON object per line",
             ) from None
         items.append(_item(row, f"{where}:{number}"))
@@ -114,7 +115,7 @@ def parse_sharegpt(text: str, where: str) -> list[PromptItem]:
         rows: Any = json.loads(text)
     except (ValueError, RecursionError) as exc:
         raise UsageError(
-            f"{where}: not JSON ({_json_problem(exc)})",
+            f"{where}: not JSON ({jsontext.load_problem(exc)})",
             fix="pass the ShareGPT file as downloaded, or a JSONL file of prompts",
         ) from None
     if not isinstance(rows, list):
@@ -142,14 +143,6 @@ def parse_sharegpt(text: str, where: str) -> list[PromptItem]:
             fix="each conversation needs a human turn followed by a gpt turn",
         )
     return items
-
-
-def _json_problem(exc: ValueError | RecursionError) -> str:
-    if isinstance(exc, json.JSONDecodeError):
-        return f"{exc.msg} at line {exc.lineno}"
-    if isinstance(exc, RecursionError):
-        return "nested too deeply"
-    return "a number too long to read"
 
 
 def load_dataset_text(text: str, where: str) -> list[PromptItem]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from servekit import jsontext
 from servekit.errors import UsageError
 
 
@@ -16,14 +17,9 @@ def parse_tools(text: str, where: str) -> tuple[dict[str, Any], ...]:
     """
     try:
         doc = json.loads(text)
-    except (ValueError, RecursionError) as exc:  # also: nested too deeply, a huge number
-        problem = (
-            f"{exc.msg} at line {exc.lineno}"
-            if isinstance(exc, json.JSONDecodeError)
-            else ("nested too deeply" if isinstance(exc, RecursionError) else "a number too long")
-        )
+    except jsontext.LOAD_FAILURES as exc:
         raise UsageError(
-            f"--tools {where}: not JSON ({problem})",
+            f"--tools {where}: not JSON ({jsontext.load_problem(exc)})",
             fix='write [{"type": "function", "function": {"name": "...", "parameters": {...}}}]',
         ) from None
     if not isinstance(doc, list) or not doc or not all(_is_tool(t) for t in doc):
