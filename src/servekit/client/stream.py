@@ -71,7 +71,7 @@ class StreamReader:
 
     def __init__(self, *, max_tokens: int | None = None) -> None:
         self.result = StreamResult()
-        self._max_tokens = max_tokens
+        self._completion_limit = MAX_USAGE_TOKENS if max_tokens is None else max_tokens
         self._usage: list[int | None] = []  # cumulative completion tokens seen on each chunk
         self._reasoning_chunks: list[int] = []  # indexes of chunks that were reasoning only
         self._text_chunks = 0  # chunks with content or reasoning (a tool-call parser may
@@ -112,11 +112,16 @@ class StreamReader:
         usage_tokens = None
         usage = chunk.get("usage")
         if usage and isinstance(usage, dict):
-            prompt = self._count(usage, "prompt_tokens", MAX_USAGE_TOKENS)
+            # the common case inline (type() is int: a bool is no count); _count explains
+            prompt = usage.get("prompt_tokens")
+            if type(prompt) is not int or not 0 <= prompt <= MAX_USAGE_TOKENS:
+                prompt = self._count(usage, "prompt_tokens", MAX_USAGE_TOKENS)
             if prompt is not None:
                 r.prompt_tokens = prompt
-            limit = MAX_USAGE_TOKENS if self._max_tokens is None else self._max_tokens
-            completion = self._count(usage, "completion_tokens", limit)
+            limit = self._completion_limit
+            completion = usage.get("completion_tokens")
+            if type(completion) is not int or not 0 <= completion <= limit:
+                completion = self._count(usage, "completion_tokens", limit)
             if completion is not None:
                 if r.completion_tokens is not None and completion < r.completion_tokens:
                     self._fail(INVALID_USAGE, f"usage completion_tokens fell from "
