@@ -68,3 +68,19 @@ def first_error(exc: ValidationError) -> str:
 
 class DocumentError(ServekitError):
     """A document read back (summary.json, validate.json) is not one servekit can read."""
+
+
+def refuse_newer(doc: object, *, kind: str, current: int, where: str) -> None:
+    """Refuse a document whose integer `schema_version` is newer than `current` (a file a
+    later servekit wrote); an older, missing or malformed one is left to validation.
+
+    Raises:
+        DocumentError: the version is newer than this servekit reads.
+    """
+    version = doc.get("schema_version") if isinstance(doc, dict) else None
+    if isinstance(version, int) and not isinstance(version, bool) and version > current:
+        raise DocumentError(
+            f"{where} has {kind} schema_version {version}, newer than this servekit reads "
+            f"({current})",
+            fix="upgrade servekit (pip install -U servekit) to read it",
+        )

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import ValidationError
 
-from servekit.results._base import Document, DocumentError, RateOrInf, first_error
+from servekit.results._base import Document, DocumentError, RateOrInf, first_error, refuse_newer
 from servekit.results.summary import ClientBlock, ServerBlock, Summary, load_summary
 
 RUN_INFO_VERSION: Literal[1] = 1
@@ -44,13 +44,7 @@ def load_run_info(doc: object, *, where: str = "run.json") -> RunInfo:
     Raises:
         DocumentError: a newer or unknown schema_version, or an invalid document.
     """
-    version = doc.get("schema_version") if isinstance(doc, dict) else None
-    if isinstance(version, int) and not isinstance(version, bool) and version > RUN_INFO_VERSION:
-        raise DocumentError(
-            f"{where} has run schema_version {version}, newer than this servekit reads "
-            f"({RUN_INFO_VERSION})",
-            fix="upgrade servekit (pip install -U servekit) to read it",
-        )
+    refuse_newer(doc, kind="run", current=RUN_INFO_VERSION, where=where)
     if isinstance(doc, dict) and isinstance(doc.get("summary"), dict):
         load_summary(doc["summary"], where=f"{where} (its summary)")  # the summary's own errors
     try:

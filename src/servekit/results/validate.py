@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import JsonValue, ValidationError
 
-from servekit.results._base import Document, DocumentError, first_error
+from servekit.results._base import Document, DocumentError, first_error, refuse_newer
 
 VALIDATE_VERSION: Literal[1] = 1
 Status = Literal["pass", "fail", "warn", "skip"]
@@ -50,13 +50,7 @@ def load_validate(doc: object, *, where: str = "validate.json") -> ValidateDocum
     """
     if isinstance(doc, dict) and "schema_version" not in doc:
         doc = {"schema_version": VALIDATE_VERSION, **doc}
-    version = doc.get("schema_version") if isinstance(doc, dict) else None
-    if isinstance(version, int) and not isinstance(version, bool) and version > VALIDATE_VERSION:
-        raise DocumentError(
-            f"{where} has validate schema_version {version}, newer than this servekit reads "
-            f"({VALIDATE_VERSION})",
-            fix="upgrade servekit (pip install -U servekit) to read it",
-        )
+    refuse_newer(doc, kind="validate", current=VALIDATE_VERSION, where=where)
     try:
         return ValidateDocument.model_validate(doc)
     except ValidationError as exc:
