@@ -13,7 +13,7 @@ import pytest
 
 from servekit.client import probe
 from servekit.client.endpoint import Endpoint, open_endpoint
-from servekit.client.mock import MockRequest, MockResponse, MockTransport
+from servekit.client.mock import MockRequest, MockResponse, MockTransport, settle
 from servekit.client.transport import ConnectFailed, Disconnected
 from servekit.client.urls import file_url_path, is_http_url, redact_url, url_scheme
 
@@ -166,8 +166,8 @@ def test_warm_opens_one_call_per_connection() -> None:
 
     async def slow(request: MockRequest) -> MockResponse:
         inflight[0] += 1
+        await settle()  # the other calls of warm(5) arrive meanwhile
         inflight[1] = max(inflight)
-        await asyncio.sleep(0.01)
         inflight[0] -= 1
         raise ConnectFailed("OSError", "refused")
 

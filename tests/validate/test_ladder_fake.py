@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from servekit.client.endpoint import Endpoint
-from servekit.client.mock import MockRequest, MockResponse, MockTransport
+from servekit.client.mock import MockRequest, MockResponse, MockTransport, settle
 from servekit.client.transport import Disconnected
 from servekit.validate.checks_load import check_ladder
 from servekit.validate.context import Context, Outcome, ValidateSpec
@@ -55,14 +55,14 @@ class FakeChat:
         if request.path != "/v1/chat/completions":
             return MockResponse(404)
         self.inflight += 1
-        await asyncio.sleep(0.005)  # every request of a burst arrives before any answers
+        await settle()  # every request of a burst arrives before any answers
         level = self.inflight
         self.levels.append(level)
         prompt = request.json()["messages"][0]["content"]
         faulty = level >= self.from_level
         self.faulted = self.faulted or faulty
         if faulty and self.fault == "500":
-            await asyncio.sleep(0.005)  # still in flight while the rest of the burst decides
+            await settle()  # still in flight while the rest of the burst decides
             self.inflight -= 1
             return MockResponse.json({"error": {"message": "CUDA error"}}, status=500)
         return MockResponse.stream(self._pieces(prompt, self.fault if faulty else ""))

@@ -9,6 +9,7 @@ pieces stop early, raise `Disconnected` (a cut stream) or wait forever (a stall)
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import time
@@ -63,6 +64,16 @@ class MockResponse:
 
 
 Handler = Callable[[MockRequest], Awaitable[MockResponse]]
+
+SETTLE_TURNS = 200  # far more event-loop turns than a request takes from gather() to a handler
+
+
+async def settle(turns: int = SETTLE_TURNS) -> None:
+    """Let every other ready task run on: a handler that awaits this before it looks at
+    what else is in flight sees a whole burst of concurrent requests. It counts event-loop
+    turns, not seconds, so a slow or loaded machine cannot lose the race (a 5 ms sleep did)."""
+    for _ in range(turns):
+        await asyncio.sleep(0)
 
 
 @dataclass(slots=True)
