@@ -15,6 +15,11 @@ from annotated_types import Ge, Gt, Le
 from servekit.errors import SimulationError
 
 AttentionKind = Literal["full", "mla", "sparse_indexed"]
+LocalAttentionKind = Literal["sliding_window", "chunked"]
+# Which linear layers a checkpoint's quantization covers: every linear layer but the
+# embeddings, LM head, norms and routers ("linear"), or the routed experts only ("experts",
+# as gpt-oss's MXFP4 and Kimi-K2's INT4 checkpoints ship).
+QuantizedLayers = Literal["linear", "experts"]
 ModelDtype = Literal["bfloat16", "float16"]
 
 # Constraints are metadata on the field types (annotated_types, which pydantic reads), so the
@@ -56,6 +61,33 @@ class MoeSpec:
     num_shared_experts: ExpertCount = 0
     shared_expert_intermediate_size: OptionalWidth = None  # defaults to the expert size
     first_dense_layers: LayerCount = 0  # leading layers with a dense MLP
+    # after the leading dense layers, every layer_step-th layer is MoE and the others dense
+    # (Llama 4's interleave_moe_layer_step, Qwen2-MoE's decoder_sparse_step)
+    layer_step: Annotated[int, Gt(0), Le(MAX_LAYERS)] = 1
+
+
+@dataclass(frozen=True, slots=True)
+class LocalAttentionSpec:
+    """Layers that attend to a bounded window instead of the whole context.
+
+    Attributes:
+        kind: "sliding_window" (each token sees the last `window` tokens: Gemma 2/3,
+            gpt-oss, Mistral 7B) or "chunked" (each token sees its own `window`-token
+            chunk: Llama 4's local layers).
+        window: the window or chunk length in tokens.
+        num_layers: how many of the model's layers are local; the others are full attention
+            (equal to the model's layer count when every layer is local).
+        num_kv_heads: KV heads of the local layers when they differ from the full layers'.
+        head_dim: head dimension of the local layers when it differs from the full layers'.
+    """
+
+    __pydantic_config__: ClassVar[dict[str, str]] = _FORBID_EXTRA
+
+    kind: LocalAttentionKind = "sliding_window"
+    window: Width = 4096
+    num_layers: LayerCount = 0
+    num_kv_heads: Annotated[int | None, Gt(0), Le(MAX_HEADS)] = None
+    head_dim: OptionalWidth = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +177,8 @@ class ArchitectureSpec:
     mla: MlaSpec | None = None
     sparse: SparseIndexSpec | None = None
     vision: VisionSpec | None = None
+    local_attention: LocalAttentionSpec | None = None
+    attention_sinks: bool = False  # one learned sink logit per attention head (gpt-oss)
 
     @property
     def first_dense_layers(self) -> int:
@@ -153,8 +187,20 @@ class ArchitectureSpec:
 
     @property
     def moe_layers(self) -> int:
-        """Number of layers whose MLP is a mixture of experts."""
-        return 0 if self.moe is None else self.num_layers - self.first_dense_layers
+        """Number of layers whose MLP is a mixture of experts: after the leading dense
+        layers, layers i with (i + 1) % layer_step == 0 (0-based), as vLLM's Llama 4 and
+        Qwen2-MoE place them."""
+        if self.moe is None:
+            return 0
+        step = self.moe.layer_step
+        return sum(
+            1 for i in range(self.first_dense_layers, self.num_layers) if (i + 1) % step == 0
+        )
+
+    @property
+    def local_layers(self) -> int:
+        """Number of layers with sliding-window or chunked local attention."""
+        return 0 if self.local_attention is None else self.local_attention.num_layers
 
     @property
     def sparse_layers(self) -> int:
@@ -168,6 +214,7 @@ class ModelSpec(ArchitectureSpec):
 
     name: str
     quantization: str = "bf16"
+    quantized_layers: QuantizedLayers = "linear"
     sources: tuple[str, ...] = field(default=())
 
 

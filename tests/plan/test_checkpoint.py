@@ -337,6 +337,7 @@ def test_llama_31_70b_config_facts() -> None:
         "intermediate_size": 28672,
         "tie_word_embeddings": False,
         "dtype": "bfloat16",
+        "attention_sinks": False,
     }
 
 
@@ -361,6 +362,7 @@ def test_deepseek_v3_config_gives_mla_and_moe_facts() -> None:
         "num_shared_experts": 1,
         "shared_expert_intermediate_size": None,
         "first_dense_layers": 3,
+        "layer_step": 1,
     }
     assert facts.intermediate_size == 18432
 

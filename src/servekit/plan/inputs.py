@@ -10,7 +10,14 @@ from dataclasses import dataclass, fields
 
 from servekit.errors import ConfigError
 from servekit.profiles.schema import Profile, tensor_parallel_error
-from servekit.specs import NO_DRAFT_FACTS, ArchitectureSpec, DraftSpec, GpuSpec, ModelSpec
+from servekit.specs import (
+    NO_DRAFT_FACTS,
+    ArchitectureSpec,
+    DraftSpec,
+    GpuSpec,
+    ModelSpec,
+    QuantizedLayers,
+)
 
 # vLLM's default KV block size for CUDA attention backends.
 DEFAULT_BLOCK_SIZE = 16
@@ -61,10 +68,17 @@ def parse_version(text: str) -> tuple[int, int, int]:
     return parts[0], parts[1], parts[2]
 
 
-def model_spec(name: str, arch: ArchitectureSpec, quantization: str) -> ModelSpec:
+def model_spec(
+    name: str,
+    arch: ArchitectureSpec,
+    quantization: str,
+    quantized_layers: QuantizedLayers = "linear",
+) -> ModelSpec:
     """Build a ModelSpec from validated architecture facts."""
     facts = {f.name: getattr(arch, f.name) for f in fields(arch)}
-    return ModelSpec(**facts, name=name, quantization=quantization)
+    return ModelSpec(
+        **facts, name=name, quantization=quantization, quantized_layers=quantized_layers
+    )
 
 
 def plan_inputs(profile: Profile, gpu: GpuSpec, arch: ArchitectureSpec | None = None) -> PlanInputs:
@@ -85,7 +99,9 @@ def plan_inputs(profile: Profile, gpu: GpuSpec, arch: ArchitectureSpec | None = 
             fix="add model.architecture to the profile or pass plan --model-dir CHECKPOINT_DIR",
         )
     args = profile.serve_args
-    model = model_spec(profile.name, facts, profile.model.quantization)
+    model = model_spec(
+        profile.name, facts, profile.model.quantization, profile.model.quantized_layers
+    )
     tensor_parallel_error(facts, args.tensor_parallel_size, raise_as=ConfigError)
     block_size = args.block_size or DEFAULT_BLOCK_SIZE
     required = model.sparse.required_block_size if model.sparse else None

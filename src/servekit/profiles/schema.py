@@ -22,7 +22,7 @@ from pydantic import (
     model_validator,
 )
 
-from servekit.specs import ArchitectureSpec, DraftFacts, StepTimeParams
+from servekit.specs import ArchitectureSpec, DraftFacts, QuantizedLayers, StepTimeParams
 
 
 class _Strict(BaseModel):
@@ -74,6 +74,11 @@ class ModelSection(_Strict):
 
     path: str = Field(min_length=1, description="checkpoint path as the engine sees it")
     quantization: str = "bf16"
+    quantized_layers: QuantizedLayers = Field(
+        default="linear",
+        description="which linear layers the quantization covers: 'linear' (all but embeddings, "
+        "LM head, norms and routers) or 'experts' (routed experts only)",
+    )
     architecture: ArchitectureSpec | None = None
     sources: list[str] = Field(default_factory=list)
 
@@ -117,6 +122,7 @@ class ServeArgs(_Strict):
     tensor_parallel_size: int = Field(default=1, gt=0, le=1 << 12)
     pipeline_parallel_size: int | None = Field(default=None, gt=0, le=1 << 12)
     data_parallel_size: int | None = Field(default=None, gt=0, le=1 << 16)
+    decode_context_parallel_size: int | None = Field(default=None, gt=0, le=1 << 12)
     enable_expert_parallel: bool | None = None
     max_num_seqs: int = Field(default=256, gt=0, le=1 << 20)
     max_num_batched_tokens: int = Field(default=8192, gt=0, le=1 << 27)
