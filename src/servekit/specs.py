@@ -137,6 +137,9 @@ class VisionSpec:
         patches_per_token: encoder patches merged into one language-model token.
         values_per_patch: pixel values per patch (channels x temporal x patch^2), the input.
         projector_width: width of a per-patch projector MLP (width -> p -> p), if any.
+        params_override: encoder and projector parameters counted from the encoder's own
+            layer shapes, used instead of the formula in `params` when set (encoders that
+            are not that shape: gated MLPs, biases, position tables, patch mergers).
     """
 
     __pydantic_config__: ClassVar[dict[str, str]] = _FORBID_EXTRA
@@ -147,10 +150,14 @@ class VisionSpec:
     patches_per_token: Width = 4
     values_per_patch: WidthCount = 0
     projector_width: OptionalWidth = None
+    params_override: Annotated[int | None, Ge(0)] = None
 
     @property
     def params(self) -> int:
-        """Encoder parameters: layers (attention 4w^2 + MLP 2wi) and a per-patch projector."""
+        """Encoder parameters: `params_override` when set, else layers (attention 4w^2 +
+        MLP 2wi) and a per-patch projector."""
+        if self.params_override is not None:
+            return self.params_override
         w = self.hidden_size
         layers = self.num_layers * (4 * w * w + 2 * w * self.intermediate_size)
         p = self.projector_width or 0
