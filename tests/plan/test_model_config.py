@@ -247,6 +247,19 @@ def test_sources_name_the_keys_of_each_fact() -> None:
     assert all("\n" not in s for s in (*sources, *gemma))
 
 
+def test_max_position_embeddings_is_reported_with_its_source() -> None:
+    """The stated context length comes through (Llama 4 Scout: 10,485,760 in text_config)."""
+    facts = facts_of("meta-llama/Llama-4-Scout-17B-16E-Instruct")
+    assert facts.max_position_embeddings == 10485760
+    assert "max_position_embeddings: text_config.max_position_embeddings" in facts.sources
+    gemma = facts_of("google/gemma-3-27b-it")
+    assert gemma.max_position_embeddings == 131072  # Gemma3TextConfig's default
+    assert (
+        "max_position_embeddings: max_position_embeddings absent, Gemma3TextConfig default 131072"
+        in gemma.sources
+    )
+
+
 def test_architecture_from_config_is_the_parsers_architecture() -> None:
     """plan --model-dir's architecture_from_config returns the parser's architecture."""
     config = real("google/gemma-3-27b-it")

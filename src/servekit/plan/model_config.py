@@ -37,6 +37,8 @@ class ModelFacts:
         quantization: the quantization scheme name (`servekit.plan.quantization.SCHEMES`).
         quantized_layers: which linear layers the scheme covers.
         sources: one line per derived fact: which config key(s) it came from.
+        max_position_embeddings: the context length the config states, if it does (vLLM's
+            default max_model_len, and the rows of its RoPE cos/sin cache).
     """
 
     model_type: str
@@ -44,6 +46,7 @@ class ModelFacts:
     quantization: str = "bf16"
     quantized_layers: QuantizedLayers = "linear"
     sources: tuple[str, ...] = field(default=())
+    max_position_embeddings: int | None = None
 
 
 FIX = "correct config.json or state model.architecture in the profile"
@@ -71,12 +74,18 @@ _DEFAULTS: dict[str, tuple[str, dict[str, Any]]] = {
             "interleave_moe_layer_step": 1,
             "no_rope_layer_interval": 4,
             "attention_chunk_size": 8192,
+            "max_position_embeddings": 131072,
             "tie_word_embeddings": False,
         },
     ),
     "mistral": (
         "MistralConfig",
-        {"vocab_size": 32000, "sliding_window": 4096, "tie_word_embeddings": False},
+        {
+            "vocab_size": 32000,
+            "sliding_window": 4096,
+            "max_position_embeddings": 131072,
+            "tie_word_embeddings": False,
+        },
     ),
     "mixtral": ("MixtralConfig", {"sliding_window": None, "tie_word_embeddings": False}),
     "qwen2": ("Qwen2Config", {"use_sliding_window": False, "max_window_layers": 28}),
@@ -100,6 +109,7 @@ _DEFAULTS: dict[str, tuple[str, dict[str, Any]]] = {
             "num_key_value_heads": 4,
             "sliding_window": 4096,
             "sliding_window_pattern": 6,
+            "max_position_embeddings": 131072,
             "tie_word_embeddings": True,
         },
     ),
@@ -113,6 +123,7 @@ _DEFAULTS: dict[str, tuple[str, dict[str, Any]]] = {
             "attention_k_eq_v": False,
             "hidden_size_per_layer_input": 256,
             "num_kv_shared_layers": 0,
+            "max_position_embeddings": 131072,
             "tie_word_embeddings": True,
         },
     ),
@@ -518,12 +529,22 @@ def _gemma4(k: _Keys) -> Facts:
     # attention_k_eq_v (their K doubles as V); sliding layers head_dim and
     # num_key_value_heads (transformers Gemma4TextConfig.per_layer_config, vLLM gemma4.py).
     local_heads, local_dim = facts["num_kv_heads"], facts["head_dim"]
-    facts["head_dim"] = k.req("global_head_dim", fact="head_dim (full layers)")
+    for fact in ("head_dim", "num_kv_heads"):  # what _base read is the sliding layers' fact
+        k.sources = [
+            f"local_attention.{line}" if line.startswith(f"{fact}: ") else line
+            for line in k.sources
+        ]
+    global_dim = k.req("global_head_dim")
+    facts["head_dim"] = global_dim
+    k.note(f"head_dim: {k.find('global_head_dim')[1]} (full-attention layers)")
     k_eq_v, kwhere = k.flag("attention_k_eq_v", False)
     global_kv = k.opt("num_global_key_value_heads") if k_eq_v else None
     if global_kv is not None:
         facts["num_kv_heads"] = global_kv
-        k.note(f"num_kv_heads (full layers): num_global_key_value_heads ({kwhere} true)")
+        gwhere = k.find("num_global_key_value_heads")[1]
+        k.note(f"num_kv_heads: {gwhere} (full-attention layers; {kwhere} true)")
+    else:
+        k.note(f"num_kv_heads: num_key_value_heads on every layer ({kwhere} false)")
     n = types.count("sliding_attention")
     bidirectional, _ = k.find("use_bidirectional_attention")
     if bidirectional == "all":
@@ -1048,6 +1069,7 @@ def model_facts_from_config(
         )
     keys = _Keys(config, family)
     facts = reader(keys)
+    max_positions = keys.opt("max_position_embeddings", fact="max_position_embeddings")
     if not model_type:
         keys.note("model_type: absent, read as a generic decoder (standard Hugging Face keys)")
     vision_reader = _VISION.get(top)
@@ -1068,6 +1090,7 @@ def model_facts_from_config(
         quantization=scheme,
         quantized_layers=layers,
         sources=tuple(keys.sources),
+        max_position_embeddings=max_positions,
     )
 
 
