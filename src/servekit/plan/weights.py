@@ -122,6 +122,8 @@ def weights_per_gpu(inputs: PlanInputs) -> WeightBreakdown:
         other += (m.mla.kv_lora_rank + (m.mla.q_lora_rank or 0)) * m.num_layers * act * stage_share
     if m.vision is not None and inputs.load_vision:
         other += m.vision.params * act / (tp if inputs.mm_encoder_tp else 1)
+    if m.rope_cache is not None:
+        other += rope_cache_bytes(inputs)
 
     draft = 0.0
     if inputs.draft is not None and inputs.draft.params:
@@ -134,6 +136,20 @@ def weights_per_gpu(inputs: PlanInputs) -> WeightBreakdown:
         other_bytes=other,
         draft_bytes=draft,
     )
+
+
+def rope_cache_bytes(inputs: PlanInputs) -> float:
+    """The rotary cos/sin buffer: positions x rotary_dim values, whole on every GPU.
+
+    vLLM's RotaryEmbedding.__init__ registers it as the `cos_sin_cache` buffer while the
+    model is built on the GPU (vllm/model_executor/layers/rotary_embedding/base.py), so it
+    is part of "Model loading took"; get_rope shares one table between all layers.
+    """
+    rope = inputs.model.rope_cache
+    if rope is None:
+        return 0.0
+    width = dtype_bytes("float32" if rope.dtype == "float32" else inputs.model.dtype)
+    return rope.positions * rope.rotary_dim * width
 
 
 def mxfp4_expert_dims(hidden: int, intermediate: float, sm: int) -> tuple[int, int]:
