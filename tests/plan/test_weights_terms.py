@@ -17,7 +17,7 @@ from servekit.plan import PlanInputs
 from servekit.plan.inputs import effective_quantization, model_spec
 from servekit.plan.quantization import lookup_scheme
 from servekit.plan.weights import mxfp4_expert_dims, weights_per_gpu
-from servekit.specs import ArchitectureSpec, LocalAttentionSpec, MoeSpec, RopeCacheSpec
+from servekit.specs import ArchitectureSpec, LocalAttentionSpec, MoeSpec, RopeCacheSpec, VisionSpec
 from servekit.units import GIB
 
 Build = Callable[..., PlanInputs]
@@ -153,3 +153,26 @@ def test_rope_cache_dtype_and_yarn_positions() -> None:
     with_rope = weights_per_gpu(inputs(arch, "mxfp4", "experts", 2, "H100"))
     without = weights_per_gpu(inputs(GPT_OSS_20B, "mxfp4", "experts", 2, "H100"))
     assert with_rope.other_bytes - without.other_bytes == 131_072 * 64 * 4
+
+
+def test_llama4_scout_tp4_rope_table_near_the_log() -> None:
+    """Llama-4-Scout TP4: its 10,485,760-position rope table (2.5 GiB) brings 53.12 GiB to 1%."""
+    arch = ArchitectureSpec(
+        num_layers=48,
+        hidden_size=5120,
+        num_attention_heads=40,
+        num_kv_heads=8,
+        head_dim=128,
+        vocab_size=202048,
+        intermediate_size=16384,
+        moe=MoeSpec(num_experts=16, top_k=1, expert_intermediate_size=8192, num_shared_experts=1),
+        local_attention=LocalAttentionSpec(kind="chunked", window=8192, num_layers=36),
+        vision=VisionSpec(num_layers=34, hidden_size=1408, intermediate_size=5632),
+        rope_cache=RopeCacheSpec(positions=10_485_760, rotary_dim=128),
+    )
+    w = weights_per_gpu(inputs(arch, "bf16", "", 4, "H100"))
+    assert w.total_bytes / GIB == pytest.approx(53.12, rel=0.01)
+    no_rope = weights_per_gpu(
+        inputs(dataclasses.replace(arch, rope_cache=None), "bf16", "", 4, "H100")
+    )
+    assert (w.total_bytes - no_rope.total_bytes) / GIB == 2.5
