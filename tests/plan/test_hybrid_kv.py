@@ -11,6 +11,7 @@ fall within the rounding of the printed GiB.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import pytest
 
@@ -243,3 +244,12 @@ def test_plan_json_shows_groups_and_blocks() -> None:
     blocks = doc["gpu_blocks"]
     assert isinstance(blocks, int)
     assert doc["kv_cache_tokens"] == blocks // 2 * 16
+
+
+def test_profile_dcp_reaches_the_plan(inputs_for: Callable[..., PlanInputs]) -> None:
+    """serve_args.decode_context_parallel_size multiplies the planned MLA tokens."""
+    one = make_plan(inputs_for("deepseek-v3-8xh200"))
+    eight = make_plan(inputs_for("deepseek-v3-8xh200", "decode_context_parallel_size=8"))
+    assert eight.inputs.decode_context_parallel_size == 8
+    assert eight.gpu_blocks == one.gpu_blocks
+    assert eight.kv_cache_tokens == 8 * one.kv_cache_tokens
