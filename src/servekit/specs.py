@@ -91,6 +91,29 @@ class LocalAttentionSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class RopeCacheSpec:
+    """The rotary embedding's cos/sin table vLLM keeps on every GPU (one per model).
+
+    vLLM's RotaryEmbedding registers a `cos_sin_cache` buffer of `positions` rows by
+    `rotary_dim` values (vllm/model_executor/layers/rotary_embedding/base.py), shared by
+    all layers through get_rope's cache; it counts in "Model loading took".
+
+    Attributes:
+        positions: rows: config max_position_embeddings, or for YaRN and DeepSeek-YaRN
+            scaling original_max_position_embeddings x factor.
+        rotary_dim: values per row: head_dim x partial_rotary_factor (qk_rope_head_dim for MLA).
+        dtype: "model" (the default get_rope dtype) or "float32" where the model passes it
+            (gpt-oss).
+    """
+
+    __pydantic_config__: ClassVar[dict[str, str]] = _FORBID_EXTRA
+
+    positions: Annotated[int, Gt(0), Le(1 << 30)]
+    rotary_dim: Width
+    dtype: Literal["model", "float32"] = "model"
+
+
+@dataclass(frozen=True, slots=True)
 class MlaSpec:
     """Multi-head latent attention facts (DeepSeek-V2/V3 style)."""
 
@@ -186,6 +209,7 @@ class ArchitectureSpec:
     vision: VisionSpec | None = None
     local_attention: LocalAttentionSpec | None = None
     attention_sinks: bool = False  # one learned sink logit per attention head (gpt-oss)
+    rope_cache: RopeCacheSpec | None = None
 
     @property
     def first_dense_layers(self) -> int:

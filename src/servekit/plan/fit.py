@@ -16,18 +16,14 @@ from dataclasses import dataclass
 from servekit.plan.activations import ActivationPeak, activation_peak
 from servekit.plan.cuda_graphs import GraphPlan, graph_plan
 from servekit.plan.inputs import PlanInputs
-from servekit.plan.kv_cache import (
-    KvTerm,
-    kv_capacity_tokens,
-    kv_terms,
-    max_concurrency,
-)
+from servekit.plan.kv_cache import KvLayout, KvTerm, kv_layout, kv_terms
 from servekit.plan.quantization import lookup_scheme
 from servekit.plan.weights import WeightBreakdown, weights_per_gpu
 from servekit.results.plan import (
     PLAN_VERSION,
     ActivationBreakdown,
     CudaGraphs,
+    KvCacheGroupBlock,
     KvTermBlock,
     PerGpu,
     PlanDocument,
@@ -63,6 +59,8 @@ class MemoryPlan:
     fits: bool
     largest_fitting_max_model_len: int | None
     warnings: tuple[str, ...]
+    kv_layout: KvLayout | None = None
+    gpu_blocks: int = 0
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -85,8 +83,10 @@ def make_plan(
     non_kv = weights.total_bytes + acts.peak_bytes + non_torch_bytes
     kv_on, kv_off = _kv_budget(inputs, requested, non_kv, graphs.total_bytes)
     kv = kv_on if inputs.estimate_cudagraphs else kv_off
-    tokens = kv_capacity_tokens(kv, inputs)
-    fits = tokens >= inputs.max_model_len
+    layout = kv_layout(inputs)
+    blocks = layout.num_blocks(kv)
+    tokens = layout.tokens(blocks, inputs)
+    fits = blocks >= layout.blocks_per_request(inputs)
     largest = None if fits else _largest_fitting_len(inputs, non_torch_bytes)
     plan = MemoryPlan(
         inputs=inputs,
@@ -101,10 +101,12 @@ def make_plan(
         kv_cache_bytes_estimate_on=kv_on,
         kv_cache_bytes_estimate_off=kv_off,
         kv_cache_tokens=tokens,
-        max_concurrency=max_concurrency(tokens, inputs),
+        max_concurrency=layout.max_concurrency(blocks, inputs),
         fits=fits,
         largest_fitting_max_model_len=largest,
         warnings=(),
+        kv_layout=layout,
+        gpu_blocks=blocks,
     )
     return dataclasses.replace(plan, warnings=tuple(plan_warnings(plan)))
 
@@ -127,13 +129,16 @@ def _requested_bytes(inputs: PlanInputs) -> tuple[float, float]:
     return capacity, math.ceil(capacity * inputs.gpu_memory_utilization)
 
 
-def _kv_tokens(inputs: PlanInputs, non_torch_bytes: float) -> int:
+def _kv_fits(inputs: PlanInputs, non_torch_bytes: float) -> bool:
+    """Whether one request of max_model_len fits the KV blocks (vLLM's start-up check)."""
     _, requested = _requested_bytes(inputs)
     non_kv = (
         weights_per_gpu(inputs).total_bytes + activation_peak(inputs).peak_bytes + non_torch_bytes
     )
     on, off = _kv_budget(inputs, requested, non_kv, graph_plan(inputs).total_bytes)
-    return kv_capacity_tokens(on if inputs.estimate_cudagraphs else off, inputs)
+    layout = kv_layout(inputs)
+    blocks = layout.num_blocks(on if inputs.estimate_cudagraphs else off)
+    return blocks >= layout.blocks_per_request(inputs)
 
 
 def _largest_fitting_len(inputs: PlanInputs, non_torch_bytes: float) -> int | None:
@@ -144,8 +149,7 @@ def _largest_fitting_len(inputs: PlanInputs, non_torch_bytes: float) -> int | No
     """
 
     def fits(length: int) -> bool:
-        trial = dataclasses.replace(inputs, max_model_len=length)
-        return _kv_tokens(trial, non_torch_bytes) >= length
+        return _kv_fits(dataclasses.replace(inputs, max_model_len=length), non_torch_bytes)
 
     step = inputs.block_size
     lo, hi = 0, inputs.max_model_len // step
@@ -164,7 +168,7 @@ def _largest_fitting_len(inputs: PlanInputs, non_torch_bytes: float) -> int | No
 def plan_warnings(plan: MemoryPlan) -> list[str]:
     """Return the risks a user needs to see for this plan."""
     i = plan.inputs
-    out: list[str] = []
+    out: list[str] = list(plan.kv_layout.warnings) if plan.kv_layout else []
     headroom = plan.capacity_bytes - plan.requested_bytes
     graphs = plan.graphs.total_bytes
     if not i.estimate_cudagraphs and graphs > headroom:
@@ -219,7 +223,8 @@ def misfit_message(plan: MemoryPlan) -> str:
 def misfit_parts(plan: MemoryPlan) -> tuple[str, str]:
     """`misfit_message` as (what does not fit, how to make it fit)."""
     i = plan.inputs
-    need = i.max_model_len * plan.kv_bytes_per_token
+    layout = plan.kv_layout
+    need = layout.request_bytes(i) if layout else i.max_model_len * plan.kv_bytes_per_token
     have = max(plan.kv_cache_bytes, 0.0)
     # spelled as the profile overrides `plan` and `doctor` take (--set), not vLLM's flags
     best = plan.largest_fitting_max_model_len
@@ -293,4 +298,15 @@ def plan_to_json(plan: MemoryPlan) -> PlanDocument:
         fits=plan.fits,
         largest_fitting_max_model_len=plan.largest_fitting_max_model_len,
         warnings=list(plan.warnings),
+        kv_cache_groups=[
+            KvCacheGroupBlock(
+                kind=g.kind,
+                layers=g.layers,
+                block_size=g.block_size,
+                page_bytes=g.page_bytes,
+                window=g.window,
+            )
+            for g in (plan.kv_layout.groups if plan.kv_layout else ())
+        ],
+        gpu_blocks=plan.gpu_blocks,
     )

@@ -50,6 +50,7 @@ class PlanInputs:
     load_vision: bool = True
     estimate_cudagraphs: bool = True
     engine_version: str = ""
+    decode_context_parallel_size: int = 1
 
     @property
     def decode_query_len(self) -> int:
@@ -100,7 +101,10 @@ def plan_inputs(profile: Profile, gpu: GpuSpec, arch: ArchitectureSpec | None = 
         )
     args = profile.serve_args
     model = model_spec(
-        profile.name, facts, profile.model.quantization, profile.model.quantized_layers
+        profile.name,
+        facts,
+        effective_quantization(profile.model.quantization, args.quantization),
+        profile.model.quantized_layers,
     )
     tensor_parallel_error(facts, args.tensor_parallel_size, raise_as=ConfigError)
     block_size = args.block_size or DEFAULT_BLOCK_SIZE
@@ -147,4 +151,20 @@ def plan_inputs(profile: Profile, gpu: GpuSpec, arch: ArchitectureSpec | None = 
         load_vision=not args.language_model_only,
         estimate_cudagraphs=estimate,
         engine_version=profile.engine.version,
+        decode_context_parallel_size=args.decode_context_parallel_size or 1,
     )
+
+
+# Checkpoint formats vLLM's online `--quantization fp8` quantizes at load time: a 16-bit
+# checkpoint's linear layers are cast to FP8 with per-tensor scales as they are loaded
+# (vllm/model_executor/layers/quantization/fp8.py, Fp8OnlineLinearMethod / Fp8LinearMethod
+# with is_checkpoint_fp8_serialized False), so the GPU holds 1 byte per linear weight.
+_ONLINE_QUANTIZABLE = frozenset({"bf16", "fp16", "bfloat16", "float16"})
+
+
+def effective_quantization(checkpoint: str, requested: str | None) -> str:
+    """The weight scheme the GPU holds: the checkpoint's, or FP8 when `--quantization fp8`
+    asks vLLM to quantize a 16-bit checkpoint online at load time."""
+    if requested is not None and requested.lower() == "fp8" and checkpoint in _ONLINE_QUANTIZABLE:
+        return "fp8"
+    return checkpoint
