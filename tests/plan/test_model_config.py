@@ -289,6 +289,11 @@ def test_qwen2_sliding_window_on_every_layer_or_refused() -> None:
     assert (local.window, local.num_layers) == (4096, 28)
     with pytest.raises(ModelDirError, match="max_window_layers 21 < num_hidden_layers 28"):
         model_facts_from_config(config | {"max_window_layers": 21})
+    moe = real("Qwen/Qwen3-30B-A3B-Instruct-2507")  # qwen3_moe.py ignores max_window_layers
+    moe |= {"use_sliding_window": True, "sliding_window": 4096, "max_window_layers": 21}
+    local = model_facts_from_config(moe).architecture.local_attention
+    assert local is not None
+    assert local.num_layers == 48
 
 
 def test_gemma2_alternates_sliding_and_global_layers() -> None:

@@ -89,8 +89,14 @@ _DEFAULTS: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     "mixtral": ("MixtralConfig", {"sliding_window": None, "tie_word_embeddings": False}),
     "qwen2": ("Qwen2Config", {"use_sliding_window": False, "max_window_layers": 28}),
-    "qwen3": ("Qwen3Config", {"use_sliding_window": False, "head_dim": 128}),
-    "qwen2_moe": ("Qwen2MoeConfig", {"use_sliding_window": False, "decoder_sparse_step": 1}),
+    "qwen3": (
+        "Qwen3Config",
+        {"use_sliding_window": False, "max_window_layers": 28, "head_dim": 128},
+    ),
+    "qwen2_moe": (
+        "Qwen2MoeConfig",
+        {"use_sliding_window": False, "max_window_layers": 28, "decoder_sparse_step": 1},
+    ),
     "qwen3_moe": ("Qwen3MoeConfig", {"use_sliding_window": False, "decoder_sparse_step": 1}),
     "gemma2": (
         "Gemma2Config",
@@ -330,16 +336,17 @@ def _typed_or_uniform_sliding(k: _Keys, facts: Facts) -> None:
     _sliding(k, facts, layers, f"every layer ({where})")
 
 
-def _qwen_sliding(k: _Keys, facts: Facts) -> None:
-    # transformers drops sliding_window unless use_sliding_window; vLLM's qwen2.py refuses
-    # a window on only some layers (max_window_layers < num_hidden_layers, layers at or
-    # past it sliding) and otherwise windows every layer (cache_config.sliding_window).
+def _qwen_sliding(k: _Keys, facts: Facts, *, per_layer: bool) -> None:
+    # transformers drops sliding_window unless use_sliding_window, and vLLM then windows
+    # every layer (cache_config.sliding_window). Qwen2/Qwen3 (per_layer) build layer_types
+    # sliding from max_window_layers on, and vLLM's qwen2.py refuses a window on only some
+    # layers; qwen2_moe.py / qwen3_moe.py ignore max_window_layers.
     use, where = k.flag("use_sliding_window", False)
     if not use:
         k.note(f"local_attention: none ({where} false)")
         return
     layers = facts["num_layers"]
-    first = k.opt("max_window_layers")
+    first = k.opt("max_window_layers") if per_layer else None
     if first is not None and 0 < first < layers:
         raise ModelDirError(
             f"model config slides the window on layers {first}..{layers - 1} only "
@@ -448,12 +455,14 @@ def _llama4(k: _Keys) -> Facts:
 def _qwen(k: _Keys) -> Facts:
     facts = _base(k)
     _dense(k, facts)
-    _qwen_sliding(k, facts)
+    _qwen_sliding(k, facts, per_layer=True)
     return facts
 
 
 def _qwen_moe(k: _Keys) -> Facts:
-    facts = _qwen(k)
+    facts = _base(k)
+    _dense(k, facts)
+    _qwen_sliding(k, facts, per_layer=False)
     # vLLM qwen2_moe.py / qwen3_moe.py: a layer is MoE unless listed in mlp_only_layers,
     # when its 1-based index is a multiple of decoder_sparse_step.
     dense_only, _ = k.int_list("mlp_only_layers")
@@ -988,6 +997,8 @@ def _quantization(config: Mapping[str, Any], dtype: str) -> tuple[str, Quantized
         scheme = _fp8_block(qc.get("weight_block_size"), "weight_block_size")
         how = f"quant_method fp8, weight_block_size {qc.get('weight_block_size')}"
         skipped = skipped or qc.get("ignored_layers")
+    elif method == "fbgemm_fp8":  # FP8 weights with one scale per output row
+        scheme, how = "fp8", "quant_method fbgemm_fp8"
     elif method == "compressed-tensors":
         scheme, how = _compressed_tensors(qc)
         skipped = qc.get("ignore")
@@ -1015,8 +1026,8 @@ def _quantization(config: Mapping[str, Any], dtype: str) -> tuple[str, Quantized
         skipped = qc.get("exclude_modules")
     else:
         raise _quant_error(
-            f"has quant_method {_shown(method)}; servekit maps fp8, compressed-tensors, awq, "
-            "gptq, mxfp4 and modelopt"
+            f"has quant_method {_shown(method)}; servekit maps fp8, fbgemm_fp8, "
+            "compressed-tensors, awq, gptq, mxfp4 and modelopt"
         )
     if _covers_attention(skipped):
         return scheme, "experts", f"quantization: {how}; attention left unquantized -> experts"
