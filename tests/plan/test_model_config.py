@@ -237,8 +237,8 @@ def test_sources_name_the_keys_of_each_fact() -> None:
     sources = facts_of("openai/gpt-oss-20b").sources
     assert "head_dim: head_dim" in sources
     assert (
-        "local_attention: layer_types (12 sliding_attention of 24), window 128 (sliding_window)"
-        in sources
+        "local_attention: every even layer, vLLM gpt_oss.py (12 of 24; layer_types agrees), "
+        "window 128 (sliding_window)" in sources
     )
     assert any(s.startswith("quantization: quant_method mxfp4") for s in sources)
     gemma = facts_of("google/gemma-3-27b-it").sources
@@ -506,3 +506,14 @@ def test_bad_layer_types_length_is_refused() -> None:
     config["layer_types"] = config["layer_types"][:-1]
     with pytest.raises(ModelDirError, match="layer_types has 23 entries for 24 layers"):
         model_facts_from_config(config)
+
+
+def test_gpt_oss_windows_even_layers_as_vllm_does() -> None:
+    """vLLM windows gpt-oss's even layers whatever layer_types says; the source says so."""
+    config = real("openai/gpt-oss-20b")
+    config["layer_types"] = ["full_attention"] * 24
+    facts = model_facts_from_config(config)
+    local = facts.architecture.local_attention
+    assert local is not None
+    assert local.num_layers == 12
+    assert any("layer_types says 0, which vLLM does not follow" in s for s in facts.sources)

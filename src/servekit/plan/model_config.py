@@ -634,13 +634,20 @@ def _gpt_oss(k: _Keys) -> Facts:
         top_k=("num_experts_per_tok", "experts_per_token"),
         expert_size=("intermediate_size",),
     )
+    # vLLM gpt_oss.py windows the even layers (layer_idx % 2 == 0) whatever layer_types says;
+    # the shipped layer_types alternate the same way from a sliding layer 0.
     layers = facts["num_layers"]
     types, where = _layer_types(k, layers, frozenset({"sliding_attention", "full_attention"}))
-    if not types:  # transformers GptOssConfig: alternating, layer 0 sliding
-        types = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)]
-        where = "layer_types absent, alternating from a sliding layer 0"
-    n = types.count("sliding_attention")
-    _sliding(k, facts, n, f"{where} ({n} sliding_attention of {layers})")
+    n = (layers + 1) // 2
+    stated = types.count("sliding_attention") if types else None
+    how = f"every even layer, vLLM gpt_oss.py ({n} of {layers}"
+    if stated is None:
+        how += "; layer_types absent)"
+    elif types == ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)]:
+        how += f"; {where} agrees)"
+    else:
+        how += f"; {where} says {stated}, which vLLM does not follow)"
+    _sliding(k, facts, n, how)
     facts["attention_sinks"] = True
     k.note("attention_sinks: gpt_oss (one learned sink per head, vLLM gpt_oss.py)")
     return facts
