@@ -414,6 +414,12 @@ QUANT_CASES: list[tuple[str, Any, str, str, float]] = [
      "int8_g64", "linear", 1 + 3 / 64),
     ("gptq per-channel", {"quant_method": "gptq", "bits": 4, "group_size": -1, "sym": True},
      "int4", "linear", 0.5),
+    ("compressed-tensors targeting experts", {**_ct_int4(64), "config_groups": {"group_0": {
+        "targets": ["re:.*mlp.experts.*"], "weights": _ct_int4(64)["config_groups"]["group_0"][
+            "weights"]}}}, "int4_sym_g64", "experts", 0.5 + 2 / 64),
+    ("auto-round", {"quant_method": "auto-round", "bits": 4, "group_size": 128, "sym": True,
+                    "packing_format": "auto_round:auto_gptq"},
+     "int4_sym_g128", "linear", 0.5 + 2 / 128),
     ("mxfp4, gpt-oss", {"quant_method": "mxfp4", "modules_to_not_convert": [
         "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens",
         "lm_head"]}, "mxfp4", "experts", 0.5 + 1 / 32),

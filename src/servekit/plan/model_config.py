@@ -987,6 +987,18 @@ def _compressed_tensors(qc: Mapping[str, Any]) -> tuple[str, str]:
     return scheme, f"compressed-tensors config_groups weights -> {scheme}"
 
 
+def _targets_experts_only(qc: Mapping[str, Any]) -> bool:
+    """True when every compressed-tensors group targets expert modules only."""
+    groups = qc.get("config_groups")
+    targets = [
+        t
+        for g in (groups.values() if isinstance(groups, Mapping) else ())
+        if isinstance(g, Mapping)
+        for t in (g.get("targets") or [])
+    ]
+    return bool(targets) and all(isinstance(t, str) and "expert" in t for t in targets)
+
+
 def _quantization(config: Mapping[str, Any], dtype: str) -> tuple[str, QuantizedLayers, str]:
     """The scheme, the layers it covers, and a source line, from quantization_config."""
     qc = config.get("quantization_config")
@@ -1009,19 +1021,33 @@ def _quantization(config: Mapping[str, Any], dtype: str) -> tuple[str, Quantized
     elif method == "compressed-tensors":
         scheme, how = _compressed_tensors(qc)
         skipped = qc.get("ignore")
+        if _targets_experts_only(qc):
+            return scheme, "experts", f"quantization: {how}; targets the experts only"
     elif method == "awq":
         bits = _quant_int(qc, "bits", "w_bit")
         group = _quant_int(qc, "group_size", "q_group_size", default=128)
         zero = qc.get("zero_point", True) is not False
         scheme = _int_scheme(bits, group, zero_point=zero, method="awq")
         how = f"quant_method awq, bits {bits}, group_size {group}, zero_point {zero}"
-    elif method == "gptq":
+    elif method in ("gptq", "auto-round"):
+        # vLLM serves AutoRound's integer formats (packing_format auto_round:auto_gptq, the
+        # default, or auto_round:auto_awq) as GPTQ / AWQ (quantization/inc/inc.py).
+        packing = str(qc.get("packing_format", "auto_round:auto_gptq"))
+        if method == "auto-round" and (
+            packing not in ("auto_round:auto_gptq", "auto_round:auto_awq")
+            or qc.get("data_type", "int") != "int"
+        ):
+            raise _quant_error(
+                f"has auto-round packing_format {_shown(packing)} / data_type "
+                f"{_shown(qc.get('data_type'))}; servekit maps the integer GPTQ/AWQ formats"
+            )
         bits = _quant_int(qc, "bits")
         group = _quant_int(qc, "group_size", default=128)
-        # vLLM's GPTQ Marlin keeps qzeros only for sym=false (it drops them on load else).
-        zero = qc.get("sym", True) is False
-        scheme = _int_scheme(bits, group, zero_point=zero, method="gptq")
-        how = f"quant_method gptq, bits {bits}, group_size {group}, sym {not zero}"
+        # vLLM's GPTQ Marlin keeps qzeros only for sym=false (it drops them on load else);
+        # AWQ-packed weights always carry zero points.
+        zero = qc.get("sym", True) is False or packing == "auto_round:auto_awq"
+        scheme = _int_scheme(bits, group, zero_point=zero, method=method)
+        how = f"quant_method {method}, bits {bits}, group_size {group}, zero points {zero}"
     elif method == "mxfp4":
         scheme, how = "mxfp4", "quant_method mxfp4"
     elif method == "modelopt":
@@ -1034,7 +1060,7 @@ def _quantization(config: Mapping[str, Any], dtype: str) -> tuple[str, Quantized
     else:
         raise _quant_error(
             f"has quant_method {_shown(method)}; servekit maps fp8, fbgemm_fp8, "
-            "compressed-tensors, awq, gptq, mxfp4 and modelopt"
+            "compressed-tensors, awq, gptq, auto-round, mxfp4 and modelopt"
         )
     if _covers_attention(skipped):
         return scheme, "experts", f"quantization: {how}; attention left unquantized -> experts"
