@@ -237,8 +237,8 @@ def test_sources_name_the_keys_of_each_fact() -> None:
     sources = facts_of("openai/gpt-oss-20b").sources
     assert "head_dim: head_dim" in sources
     assert (
-        "local_attention: layer_types (12 sliding_attention of 24), window 128 (sliding_window)"
-        in sources
+        "local_attention: every even layer, vLLM gpt_oss.py (12 of 24; layer_types agrees), "
+        "window 128 (sliding_window)" in sources
     )
     assert any(s.startswith("quantization: quant_method mxfp4") for s in sources)
     gemma = facts_of("google/gemma-3-27b-it").sources
@@ -289,6 +289,11 @@ def test_qwen2_sliding_window_on_every_layer_or_refused() -> None:
     assert (local.window, local.num_layers) == (4096, 28)
     with pytest.raises(ModelDirError, match="max_window_layers 21 < num_hidden_layers 28"):
         model_facts_from_config(config | {"max_window_layers": 21})
+    moe = real("Qwen/Qwen3-30B-A3B-Instruct-2507")  # qwen3_moe.py ignores max_window_layers
+    moe |= {"use_sliding_window": True, "sliding_window": 4096, "max_window_layers": 21}
+    local = model_facts_from_config(moe).architecture.local_attention
+    assert local is not None
+    assert local.num_layers == 48
 
 
 def test_gemma2_alternates_sliding_and_global_layers() -> None:
@@ -409,6 +414,12 @@ QUANT_CASES: list[tuple[str, Any, str, str, float]] = [
      "int8_g64", "linear", 1 + 3 / 64),
     ("gptq per-channel", {"quant_method": "gptq", "bits": 4, "group_size": -1, "sym": True},
      "int4", "linear", 0.5),
+    ("compressed-tensors targeting experts", {**_ct_int4(64), "config_groups": {"group_0": {
+        "targets": ["re:.*mlp.experts.*"], "weights": _ct_int4(64)["config_groups"]["group_0"][
+            "weights"]}}}, "int4_sym_g64", "experts", 0.5 + 2 / 64),
+    ("auto-round", {"quant_method": "auto-round", "bits": 4, "group_size": 128, "sym": True,
+                    "packing_format": "auto_round:auto_gptq"},
+     "int4_sym_g128", "linear", 0.5 + 2 / 128),
     ("mxfp4, gpt-oss", {"quant_method": "mxfp4", "modules_to_not_convert": [
         "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens",
         "lm_head"]}, "mxfp4", "experts", 0.5 + 1 / 32),
@@ -501,3 +512,14 @@ def test_bad_layer_types_length_is_refused() -> None:
     config["layer_types"] = config["layer_types"][:-1]
     with pytest.raises(ModelDirError, match="layer_types has 23 entries for 24 layers"):
         model_facts_from_config(config)
+
+
+def test_gpt_oss_windows_even_layers_as_vllm_does() -> None:
+    """vLLM windows gpt-oss's even layers whatever layer_types says; the source says so."""
+    config = real("openai/gpt-oss-20b")
+    config["layer_types"] = ["full_attention"] * 24
+    facts = model_facts_from_config(config)
+    local = facts.architecture.local_attention
+    assert local is not None
+    assert local.num_layers == 12
+    assert any("layer_types says 0, which vLLM does not follow" in s for s in facts.sources)

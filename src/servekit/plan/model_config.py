@@ -89,8 +89,14 @@ _DEFAULTS: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     "mixtral": ("MixtralConfig", {"sliding_window": None, "tie_word_embeddings": False}),
     "qwen2": ("Qwen2Config", {"use_sliding_window": False, "max_window_layers": 28}),
-    "qwen3": ("Qwen3Config", {"use_sliding_window": False, "head_dim": 128}),
-    "qwen2_moe": ("Qwen2MoeConfig", {"use_sliding_window": False, "decoder_sparse_step": 1}),
+    "qwen3": (
+        "Qwen3Config",
+        {"use_sliding_window": False, "max_window_layers": 28, "head_dim": 128},
+    ),
+    "qwen2_moe": (
+        "Qwen2MoeConfig",
+        {"use_sliding_window": False, "max_window_layers": 28, "decoder_sparse_step": 1},
+    ),
     "qwen3_moe": ("Qwen3MoeConfig", {"use_sliding_window": False, "decoder_sparse_step": 1}),
     "gemma2": (
         "Gemma2Config",
@@ -330,16 +336,17 @@ def _typed_or_uniform_sliding(k: _Keys, facts: Facts) -> None:
     _sliding(k, facts, layers, f"every layer ({where})")
 
 
-def _qwen_sliding(k: _Keys, facts: Facts) -> None:
-    # transformers drops sliding_window unless use_sliding_window; vLLM's qwen2.py refuses
-    # a window on only some layers (max_window_layers < num_hidden_layers, layers at or
-    # past it sliding) and otherwise windows every layer (cache_config.sliding_window).
+def _qwen_sliding(k: _Keys, facts: Facts, *, per_layer: bool) -> None:
+    # transformers drops sliding_window unless use_sliding_window, and vLLM then windows
+    # every layer (cache_config.sliding_window). Qwen2/Qwen3 (per_layer) build layer_types
+    # sliding from max_window_layers on, and vLLM's qwen2.py refuses a window on only some
+    # layers; qwen2_moe.py / qwen3_moe.py ignore max_window_layers.
     use, where = k.flag("use_sliding_window", False)
     if not use:
         k.note(f"local_attention: none ({where} false)")
         return
     layers = facts["num_layers"]
-    first = k.opt("max_window_layers")
+    first = k.opt("max_window_layers") if per_layer else None
     if first is not None and 0 < first < layers:
         raise ModelDirError(
             f"model config slides the window on layers {first}..{layers - 1} only "
@@ -448,12 +455,14 @@ def _llama4(k: _Keys) -> Facts:
 def _qwen(k: _Keys) -> Facts:
     facts = _base(k)
     _dense(k, facts)
-    _qwen_sliding(k, facts)
+    _qwen_sliding(k, facts, per_layer=True)
     return facts
 
 
 def _qwen_moe(k: _Keys) -> Facts:
-    facts = _qwen(k)
+    facts = _base(k)
+    _dense(k, facts)
+    _qwen_sliding(k, facts, per_layer=False)
     # vLLM qwen2_moe.py / qwen3_moe.py: a layer is MoE unless listed in mlp_only_layers,
     # when its 1-based index is a multiple of decoder_sparse_step.
     dense_only, _ = k.int_list("mlp_only_layers")
@@ -625,13 +634,20 @@ def _gpt_oss(k: _Keys) -> Facts:
         top_k=("num_experts_per_tok", "experts_per_token"),
         expert_size=("intermediate_size",),
     )
+    # vLLM gpt_oss.py windows the even layers (layer_idx % 2 == 0) whatever layer_types says;
+    # the shipped layer_types alternate the same way from a sliding layer 0.
     layers = facts["num_layers"]
     types, where = _layer_types(k, layers, frozenset({"sliding_attention", "full_attention"}))
-    if not types:  # transformers GptOssConfig: alternating, layer 0 sliding
-        types = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)]
-        where = "layer_types absent, alternating from a sliding layer 0"
-    n = types.count("sliding_attention")
-    _sliding(k, facts, n, f"{where} ({n} sliding_attention of {layers})")
+    n = (layers + 1) // 2
+    stated = types.count("sliding_attention") if types else None
+    how = f"every even layer, vLLM gpt_oss.py ({n} of {layers}"
+    if stated is None:
+        how += "; layer_types absent)"
+    elif types == ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)]:
+        how += f"; {where} agrees)"
+    else:
+        how += f"; {where} says {stated}, which vLLM does not follow)"
+    _sliding(k, facts, n, how)
     facts["attention_sinks"] = True
     k.note("attention_sinks: gpt_oss (one learned sink per head, vLLM gpt_oss.py)")
     return facts
@@ -971,6 +987,18 @@ def _compressed_tensors(qc: Mapping[str, Any]) -> tuple[str, str]:
     return scheme, f"compressed-tensors config_groups weights -> {scheme}"
 
 
+def _targets_experts_only(qc: Mapping[str, Any]) -> bool:
+    """True when every compressed-tensors group targets expert modules only."""
+    groups = qc.get("config_groups")
+    targets = [
+        t
+        for g in (groups.values() if isinstance(groups, Mapping) else ())
+        if isinstance(g, Mapping)
+        for t in (g.get("targets") or [])
+    ]
+    return bool(targets) and all(isinstance(t, str) and "expert" in t for t in targets)
+
+
 def _quantization(config: Mapping[str, Any], dtype: str) -> tuple[str, QuantizedLayers, str]:
     """The scheme, the layers it covers, and a source line, from quantization_config."""
     qc = config.get("quantization_config")
@@ -988,22 +1016,38 @@ def _quantization(config: Mapping[str, Any], dtype: str) -> tuple[str, Quantized
         scheme = _fp8_block(qc.get("weight_block_size"), "weight_block_size")
         how = f"quant_method fp8, weight_block_size {qc.get('weight_block_size')}"
         skipped = skipped or qc.get("ignored_layers")
+    elif method == "fbgemm_fp8":  # FP8 weights with one scale per output row
+        scheme, how = "fp8", "quant_method fbgemm_fp8"
     elif method == "compressed-tensors":
         scheme, how = _compressed_tensors(qc)
         skipped = qc.get("ignore")
+        if _targets_experts_only(qc):
+            return scheme, "experts", f"quantization: {how}; targets the experts only"
     elif method == "awq":
         bits = _quant_int(qc, "bits", "w_bit")
         group = _quant_int(qc, "group_size", "q_group_size", default=128)
         zero = qc.get("zero_point", True) is not False
         scheme = _int_scheme(bits, group, zero_point=zero, method="awq")
         how = f"quant_method awq, bits {bits}, group_size {group}, zero_point {zero}"
-    elif method == "gptq":
+    elif method in ("gptq", "auto-round"):
+        # vLLM serves AutoRound's integer formats (packing_format auto_round:auto_gptq, the
+        # default, or auto_round:auto_awq) as GPTQ / AWQ (quantization/inc/inc.py).
+        packing = str(qc.get("packing_format", "auto_round:auto_gptq"))
+        if method == "auto-round" and (
+            packing not in ("auto_round:auto_gptq", "auto_round:auto_awq")
+            or qc.get("data_type", "int") != "int"
+        ):
+            raise _quant_error(
+                f"has auto-round packing_format {_shown(packing)} / data_type "
+                f"{_shown(qc.get('data_type'))}; servekit maps the integer GPTQ/AWQ formats"
+            )
         bits = _quant_int(qc, "bits")
         group = _quant_int(qc, "group_size", default=128)
-        # vLLM's GPTQ Marlin keeps qzeros only for sym=false (it drops them on load else).
-        zero = qc.get("sym", True) is False
-        scheme = _int_scheme(bits, group, zero_point=zero, method="gptq")
-        how = f"quant_method gptq, bits {bits}, group_size {group}, sym {not zero}"
+        # vLLM's GPTQ Marlin keeps qzeros only for sym=false (it drops them on load else);
+        # AWQ-packed weights always carry zero points.
+        zero = qc.get("sym", True) is False or packing == "auto_round:auto_awq"
+        scheme = _int_scheme(bits, group, zero_point=zero, method=method)
+        how = f"quant_method {method}, bits {bits}, group_size {group}, zero points {zero}"
     elif method == "mxfp4":
         scheme, how = "mxfp4", "quant_method mxfp4"
     elif method == "modelopt":
@@ -1015,8 +1059,8 @@ def _quantization(config: Mapping[str, Any], dtype: str) -> tuple[str, Quantized
         skipped = qc.get("exclude_modules")
     else:
         raise _quant_error(
-            f"has quant_method {_shown(method)}; servekit maps fp8, compressed-tensors, awq, "
-            "gptq, mxfp4 and modelopt"
+            f"has quant_method {_shown(method)}; servekit maps fp8, fbgemm_fp8, "
+            "compressed-tensors, awq, gptq, auto-round, mxfp4 and modelopt"
         )
     if _covers_attention(skipped):
         return scheme, "experts", f"quantization: {how}; attention left unquantized -> experts"
