@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 from pathlib import Path
 from typing import Any
@@ -191,9 +193,10 @@ def test_pixtral_params_follow_its_layer_shapes() -> None:
 
 
 def total_params(arch: ArchitectureSpec) -> float:
-    """Parameters the planner's weights code counts at TP1 in bf16."""
+    """Parameters the planner's weights code counts at TP1 in bf16 (the RoPE table, a
+    buffer and not a parameter, left out)."""
     inputs = PlanInputs(
-        model=model_spec("check", arch, "bf16"),
+        model=model_spec("check", dataclasses.replace(arch, rope_cache=None), "bf16"),
         gpu=lookup_gpu("H100-80GB-SXM"),
         draft=None,
         max_model_len=4096,
@@ -220,6 +223,24 @@ def test_parsed_facts_count_the_published_parameters(model: str) -> None:
 def test_llama_31_8b_parameter_count_is_exact() -> None:
     """Llama-3.1-8B: 8,030,261,248 parameters, exactly."""
     assert total_params(facts_of("meta-llama/Llama-3.1-8B-Instruct").architecture) == 8030261248
+
+
+def test_rope_tables_follow_the_scaling_vllm_builds() -> None:
+    """The cos/sin table: Llama 3 scaling keeps max_position_embeddings rows, YaRN takes
+    original x factor (gpt-oss in float32), MLA rotates qk_rope_head_dim values, MiniMax-M2
+    its rotary_dim, Llama 4 Scout's 10M positions."""
+
+    def rope(model: str) -> tuple[int, int, str]:
+        cache = facts_of(model).architecture.rope_cache
+        assert cache is not None
+        return cache.positions, cache.rotary_dim, cache.dtype
+
+    assert rope("meta-llama/Llama-3.1-8B-Instruct") == (131072, 128, "model")
+    assert rope("openai/gpt-oss-20b") == (4096 * 32, 64, "float32")
+    assert rope("deepseek-ai/DeepSeek-V2-Lite-Chat") == (4096 * 40, 64, "model")
+    assert rope("MiniMaxAI/MiniMax-M2.7") == (204800, 64, "model")
+    assert rope("meta-llama/Llama-4-Scout-17B-16E-Instruct") == (10485760, 128, "model")
+    assert rope("google/gemma-3-27b-it")[0] == 131072 * 8  # linear factor 8
 
 
 def test_mistral_small_weights_need_the_vision_encoder() -> None:

@@ -1114,6 +1114,9 @@ def model_facts_from_config(
     keys = _Keys(config, family)
     facts = reader(keys)
     max_positions = keys.opt("max_position_embeddings", fact="max_position_embeddings")
+    rope = _rope_cache(keys, facts, model_type, max_positions)
+    if rope is not None:
+        facts["rope_cache"] = rope
     if not model_type:
         keys.note("model_type: absent, read as a generic decoder (standard Hugging Face keys)")
     vision_reader = _VISION.get(top)
@@ -1136,6 +1139,67 @@ def model_facts_from_config(
         sources=tuple(keys.sources),
         max_position_embeddings=max_positions,
     )
+
+
+# RoPE scalings whose cos/sin table is longer than the position count vLLM passes to
+# get_rope (vllm/model_executor/layers/rotary_embedding/): linear and dynamic-NTK tables hold
+# max_position x factor rows; YaRN and DeepSeek-YaRN tables original_max_position x factor.
+_SCALED_BY_FACTOR = frozenset({"linear", "dynamic"})
+_YARN = frozenset({"yarn", "deepseek_yarn"})
+
+
+def _rope_parameters(k: _Keys) -> Mapping[str, Any]:
+    """The RoPE scaling dict (`rope_scaling`, or transformers 5's `rope_parameters`; for
+    per-layer-type parameters, the full-attention layers')."""
+    for key in ("rope_scaling", "rope_parameters"):
+        value, _ = k.find(key)
+        if isinstance(value, Mapping):
+            nested = value.get("full_attention")
+            return nested if isinstance(nested, Mapping) else value
+    return {}
+
+
+def _rope_cache(k: _Keys, facts: Facts, model_type: str, max_positions: int | None) -> Facts | None:
+    """The rotary embedding's cos/sin table (`RopeCacheSpec`) vLLM builds at load.
+
+    vLLM's get_rope makes one `cos_sin_cache` buffer of rows x rotary_dim per distinct
+    RoPE configuration, shared by every layer, kept on every GPU: rows are the config's
+    max_position_embeddings (default and Llama 3 scaling), times the factor for linear and
+    dynamic scaling, original_max_position_embeddings x factor for YaRN. rotary_dim is
+    qk_rope_head_dim under MLA, else an explicit `rotary_dim`, else head_dim x
+    partial_rotary_factor. gpt-oss builds its table in float32 (vllm/model_executor/models/
+    gpt_oss.py), other models in the model dtype. Models with two tables (Gemma's local
+    and global RoPE) are counted with the full-attention one only.
+    """
+    if max_positions is None:
+        return None
+    rope = _rope_parameters(k)
+    kind = str(rope.get("rope_type") or rope.get("type") or "default")
+    factor = rope.get("factor")
+    scale = float(factor) if isinstance(factor, int | float) and factor > 0 else 1.0
+    rows = max_positions
+    how = "max_position_embeddings"
+    if kind in _SCALED_BY_FACTOR:
+        rows, how = int(max_positions * scale), f"max_position_embeddings x {kind} factor {scale:g}"
+    elif kind in _YARN:
+        original = rope.get("original_max_position_embeddings")
+        if isinstance(original, int) and original > 0:
+            rows = int(original * scale)
+            how = f"original_max_position_embeddings {original} x {kind} factor {scale:g}"
+    if facts.get("mla"):
+        rotary = int(facts["mla"]["qk_rope_head_dim"])
+        dim_how = "qk_rope_head_dim"
+    else:
+        explicit = k.opt("rotary_dim")
+        partial, _ = k.find("partial_rotary_factor")
+        if partial is None:
+            partial = rope.get("partial_rotary_factor")
+        fraction = float(partial) if isinstance(partial, int | float) and 0 < partial <= 1 else 1.0
+        rotary = explicit or int(facts["head_dim"] * fraction)
+        dim_how = "rotary_dim" if explicit else f"head_dim x partial_rotary_factor {fraction:g}"
+    dtype = "float32" if model_type == "gpt_oss" else "model"
+    k.note(f"rope_cache: {rows} rows ({how}) x {rotary} values ({dim_how}), {dtype} dtype")
+    return {"positions": rows, "rotary_dim": rotary, "dtype": dtype}
 
 
 def _validated(facts: Facts) -> ArchitectureSpec:
