@@ -5,6 +5,9 @@ driver reports. KV cache = requested - weights - activation peak - non-torch mem
 minus the CUDA-graph estimate when VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS is on.
 With the estimate off, graphs are captured outside that budget and must fit in what
 the budget leaves free plus the activation headroom released after profiling.
+The formula holds for V0 and V1; the engine version's `Accounting` (plan/engine_rules.py)
+decides whether the estimate can apply, how V0 quotes concurrency, and which measured
+terms of that release the plan leaves out (each named in a warning).
 """
 
 from __future__ import annotations
@@ -101,12 +104,20 @@ def make_plan(
         kv_cache_bytes_estimate_on=kv_on,
         kv_cache_bytes_estimate_off=kv_off,
         kv_cache_tokens=tokens,
-        max_concurrency=max_concurrency(tokens, inputs),
+        max_concurrency=_concurrency(tokens, inputs),
         fits=fits,
         largest_fitting_max_model_len=largest,
         warnings=(),
     )
     return dataclasses.replace(plan, warnings=tuple(plan_warnings(plan)))
+
+
+def _concurrency(tokens: int, inputs: PlanInputs) -> float:
+    """vLLM's 'Maximum concurrency': whole blocks per request in V1, tokens over length in V0."""
+    if inputs.accounting.concurrency_whole_blocks:
+        return max_concurrency(tokens, inputs)
+    # V0 (executor_base.initialize_cache): num_gpu_blocks x block_size / max_model_len
+    return (tokens // inputs.block_size) * inputs.block_size / inputs.max_model_len
 
 
 def _kv_budget(
@@ -164,7 +175,7 @@ def _largest_fitting_len(inputs: PlanInputs, non_torch_bytes: float) -> int | No
 def plan_warnings(plan: MemoryPlan) -> list[str]:
     """Return the risks a user needs to see for this plan."""
     i = plan.inputs
-    out: list[str] = []
+    out: list[str] = _accounting_warnings(i)
     headroom = plan.capacity_bytes - plan.requested_bytes
     graphs = plan.graphs.total_bytes
     if not i.estimate_cudagraphs and graphs > headroom:
@@ -207,6 +218,28 @@ def plan_warnings(plan: MemoryPlan) -> list[str]:
         )
     if not plan.fits:
         out.append(misfit_message(plan))
+    return out
+
+
+def _accounting_warnings(i: PlanInputs) -> list[str]:
+    """What the engine version made the plan assume, and the terms of that release it omits."""
+    rules = i.accounting
+    out = [rules.assumption] if rules.assumption else []
+    if rules.non_kv == "device_used":
+        out.append(
+            f"vLLM {rules.version} (V1 before 0.9.1) also takes the CUDA context and all other "
+            "non-torch memory on the device from the KV budget; not planned: expect less KV cache"
+        )
+    if rules.distributed_init_in_budget and i.tensor_parallel_size * i.pipeline_parallel_size > 1:
+        out.append(
+            f"vLLM {rules.version} creates NCCL communicators and all-reduce buffers after its "
+            "memory snapshot, so they count in the KV budget; not planned: expect less KV cache"
+        )
+    if i.draft is not None and not rules.weights_include_draft:
+        out.append(
+            "V0 loads the draft model in its own worker: 'Model loading took' prints the target "
+            "alone, while the planned weights include the draft"
+        )
     return out
 
 
