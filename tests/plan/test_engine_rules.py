@@ -180,3 +180,22 @@ def test_profiles_keep_their_accounting(inputs_for: Build) -> None:
         assert not any(
             "vLLM" in w and "not planned" in w for w in make_plan(inputs_for(name)).warnings
         )
+
+
+def test_v0_draft_weights_outside_the_budget(inputs_for: Build) -> None:
+    """V0 profiles the scorer alone: the draft's weights do not reduce its KV budget."""
+    v1 = make_plan(inputs_for("minimax-m3-mxfp8-8xa800", "engine.version=0.10.1"))
+    v0 = make_plan(
+        inputs_for("minimax-m3-mxfp8-8xa800", "engine.version=0.10.1", "env.VLLM_USE_V1=0")
+    )
+    assert v1.weights.draft_bytes > 0
+    assert v0.kv_cache_bytes - v1.kv_cache_bytes == pytest.approx(v1.weights.draft_bytes)
+    assert any("outside vLLM's KV budget" in w for w in v0.warnings)
+
+
+def test_enforce_eager_profiles_eager() -> None:
+    """V1 profiles through torch.compile unless enforce_eager; V0 always eager."""
+    assert NEWEST.profiles_compiled(enforce_eager=False) is True
+    assert NEWEST.profiles_compiled(enforce_eager=True) is False
+    v0 = accounting_for("0.8.5", {"VLLM_USE_V1": "0"})
+    assert v0.profiles_compiled(enforce_eager=False) is False

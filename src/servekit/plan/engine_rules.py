@@ -78,7 +78,8 @@ class Accounting:
         sampler_in_profile: the sampler's dummy run is inside the profiled peak.
         sampler_kernel: the top-k/top-p implementation the dummy sampler runs.
         profile_compiled: the profiling forward pass runs the torch.compile'd model (V1,
-            piecewise graphs run without CUDA graphs) rather than eager PyTorch (V0).
+            piecewise graphs run without CUDA graphs) rather than eager PyTorch (V0); V1 with
+            enforce_eager runs eager too (see `profiles_compiled`).
         weights_include_draft: "Model loading took" covers the speculative draft model too.
         concurrency_whole_blocks: "Maximum concurrency" is blocks over blocks per request
             (V1); V0 prints blocks x block_size / max_model_len.
@@ -108,6 +109,14 @@ class Accounting:
     def version(self) -> str:
         """The release as text, e.g. '0.19.0'."""
         return ".".join(str(part) for part in self.release)
+
+    def profiles_compiled(self, *, enforce_eager: bool) -> bool:
+        """True when the profiled forward pass runs through torch.compile.
+
+        V1's enforce_eager sets compilation mode NONE (config/vllm.py at v0.19.0; v0.9.1 sets
+        the PIECEWISE level only without it).
+        """
+        return self.profile_compiled and not enforce_eager
 
     def estimate_cudagraphs(self, env: Mapping[str, str]) -> bool:
         """True when this release takes the CUDA-graph estimate from the KV budget under env."""

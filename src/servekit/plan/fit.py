@@ -85,7 +85,7 @@ def make_plan(
     weights = weights_per_gpu(inputs)
     acts = activation_peak(inputs)
     graphs = graph_plan(inputs)
-    non_kv = weights.total_bytes + acts.peak_bytes + non_torch_bytes
+    non_kv = _budgeted_weights(inputs, weights) + acts.peak_bytes + non_torch_bytes
     kv_on, kv_off = _kv_budget(inputs, requested, non_kv, graphs.total_bytes)
     kv = kv_on if inputs.estimate_cudagraphs else kv_off
     tokens = kv_capacity_tokens(kv, inputs)
@@ -110,6 +110,15 @@ def make_plan(
         warnings=(),
     )
     return dataclasses.replace(plan, warnings=tuple(plan_warnings(plan)))
+
+
+def _budgeted_weights(inputs: PlanInputs, weights: WeightBreakdown) -> float:
+    """The weights vLLM takes from the budget: V0 profiles the target's worker alone."""
+    if inputs.accounting.weights_include_draft:
+        return weights.total_bytes
+    # V0 (spec_decode_worker.determine_num_available_blocks): the scorer's memory_profiling
+    # counts its own weights; the draft, loaded before profiling, is in neither term
+    return weights.total_bytes - weights.draft_bytes
 
 
 def _concurrency(tokens: int, inputs: PlanInputs) -> float:
@@ -140,9 +149,8 @@ def _requested_bytes(inputs: PlanInputs) -> tuple[float, float]:
 
 def _kv_tokens(inputs: PlanInputs, non_torch_bytes: float) -> int:
     _, requested = _requested_bytes(inputs)
-    non_kv = (
-        weights_per_gpu(inputs).total_bytes + activation_peak(inputs).peak_bytes + non_torch_bytes
-    )
+    weights = _budgeted_weights(inputs, weights_per_gpu(inputs))
+    non_kv = weights + activation_peak(inputs).peak_bytes + non_torch_bytes
     on, off = _kv_budget(inputs, requested, non_kv, graph_plan(inputs).total_bytes)
     return kv_capacity_tokens(on if inputs.estimate_cudagraphs else off, inputs)
 
@@ -237,8 +245,8 @@ def _accounting_warnings(i: PlanInputs) -> list[str]:
         )
     if i.draft is not None and not rules.weights_include_draft:
         out.append(
-            "V0 loads the draft model in its own worker: 'Model loading took' prints the target "
-            "alone, while the planned weights include the draft"
+            "V0 profiles the target model's worker alone: the draft model's weights are outside "
+            "vLLM's KV budget (OOM risk), and 'Model loading took' prints the target alone"
         )
     return out
 
