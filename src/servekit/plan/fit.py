@@ -5,6 +5,9 @@ driver reports. KV cache = requested - weights - activation peak - non-torch mem
 minus the CUDA-graph estimate when VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS is on.
 With the estimate off, graphs are captured outside that budget and must fit in what
 the budget leaves free plus the activation headroom released after profiling.
+The formula holds for V0 and V1; the engine version's `Accounting` (plan/engine_rules.py)
+decides whether the estimate can apply, how V0 quotes concurrency, and which measured
+terms of that release the plan leaves out (each named in a warning).
 """
 
 from __future__ import annotations
@@ -80,7 +83,7 @@ def make_plan(
     weights = weights_per_gpu(inputs)
     acts = activation_peak(inputs)
     graphs = graph_plan(inputs)
-    non_kv = weights.total_bytes + acts.peak_bytes + non_torch_bytes
+    non_kv = _budgeted_weights(inputs, weights) + acts.peak_bytes + non_torch_bytes
     kv_on, kv_off = _kv_budget(inputs, requested, non_kv, graphs.total_bytes)
     kv = kv_on if inputs.estimate_cudagraphs else kv_off
     layout = kv_layout(inputs)
@@ -101,7 +104,7 @@ def make_plan(
         kv_cache_bytes_estimate_on=kv_on,
         kv_cache_bytes_estimate_off=kv_off,
         kv_cache_tokens=tokens,
-        max_concurrency=layout.max_concurrency(blocks, inputs),
+        max_concurrency=_concurrency(layout, blocks, tokens, inputs),
         fits=fits,
         largest_fitting_max_model_len=largest,
         warnings=(),
@@ -109,6 +112,24 @@ def make_plan(
         gpu_blocks=blocks,
     )
     return dataclasses.replace(plan, warnings=tuple(plan_warnings(plan)))
+
+
+def _budgeted_weights(inputs: PlanInputs, weights: WeightBreakdown) -> float:
+    """The weights vLLM takes from the budget: V0 profiles the target's worker alone."""
+    if inputs.accounting.weights_include_draft:
+        return weights.total_bytes
+    # V0 (spec_decode_worker.determine_num_available_blocks): the scorer's memory_profiling
+    # counts its own weights; the draft, loaded before profiling, is in neither term
+    return weights.total_bytes - weights.draft_bytes
+
+
+def _concurrency(layout: KvLayout, blocks: int, tokens: int, inputs: PlanInputs) -> float:
+    """vLLM's 'Maximum concurrency': blocks over a request's blocks per KV cache group in V1,
+    tokens over length in V0."""
+    if inputs.accounting.concurrency_whole_blocks:
+        return layout.max_concurrency(blocks, inputs)
+    # V0 (executor_base.initialize_cache): num_gpu_blocks x block_size / max_model_len
+    return (tokens // inputs.block_size) * inputs.block_size / inputs.max_model_len
 
 
 def _kv_budget(
@@ -132,9 +153,8 @@ def _requested_bytes(inputs: PlanInputs) -> tuple[float, float]:
 def _kv_fits(inputs: PlanInputs, non_torch_bytes: float) -> bool:
     """Whether one request of max_model_len fits the KV blocks (vLLM's start-up check)."""
     _, requested = _requested_bytes(inputs)
-    non_kv = (
-        weights_per_gpu(inputs).total_bytes + activation_peak(inputs).peak_bytes + non_torch_bytes
-    )
+    weights = _budgeted_weights(inputs, weights_per_gpu(inputs))
+    non_kv = weights + activation_peak(inputs).peak_bytes + non_torch_bytes
     on, off = _kv_budget(inputs, requested, non_kv, graph_plan(inputs).total_bytes)
     layout = kv_layout(inputs)
     blocks = layout.num_blocks(on if inputs.estimate_cudagraphs else off)
@@ -168,7 +188,8 @@ def _largest_fitting_len(inputs: PlanInputs, non_torch_bytes: float) -> int | No
 def plan_warnings(plan: MemoryPlan) -> list[str]:
     """Return the risks a user needs to see for this plan."""
     i = plan.inputs
-    out: list[str] = list(plan.kv_layout.warnings) if plan.kv_layout else []
+    out: list[str] = _accounting_warnings(i)
+    out += list(plan.kv_layout.warnings) if plan.kv_layout else []
     headroom = plan.capacity_bytes - plan.requested_bytes
     graphs = plan.graphs.total_bytes
     if not i.estimate_cudagraphs and graphs > headroom:
@@ -211,6 +232,28 @@ def plan_warnings(plan: MemoryPlan) -> list[str]:
         )
     if not plan.fits:
         out.append(misfit_message(plan))
+    return out
+
+
+def _accounting_warnings(i: PlanInputs) -> list[str]:
+    """What the engine version made the plan assume, and the terms of that release it omits."""
+    rules = i.accounting
+    out = [rules.assumption] if rules.assumption else []
+    if rules.non_kv == "device_used":
+        out.append(
+            f"vLLM {rules.version} (V1 before 0.9.1) also takes the CUDA context and all other "
+            "non-torch memory on the device from the KV budget; not planned: expect less KV cache"
+        )
+    if rules.distributed_init_in_budget and i.tensor_parallel_size * i.pipeline_parallel_size > 1:
+        out.append(
+            f"vLLM {rules.version} creates NCCL communicators and all-reduce buffers after its "
+            "memory snapshot, so they count in the KV budget; not planned: expect less KV cache"
+        )
+    if i.draft is not None and not rules.weights_include_draft:
+        out.append(
+            "V0 profiles the target model's worker alone: the draft model's weights are outside "
+            "vLLM's KV budget (OOM risk), and 'Model loading took' prints the target alone"
+        )
     return out
 
 
