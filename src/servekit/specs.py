@@ -91,6 +91,29 @@ class LocalAttentionSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class RopeCacheSpec:
+    """The rotary embedding's cos/sin table vLLM keeps on every GPU (one per model).
+
+    vLLM's RotaryEmbedding registers a `cos_sin_cache` buffer of `positions` rows by
+    `rotary_dim` values (vllm/model_executor/layers/rotary_embedding/base.py), shared by
+    all layers through get_rope's cache; it counts in "Model loading took".
+
+    Attributes:
+        positions: rows: config max_position_embeddings, or for YaRN and DeepSeek-YaRN
+            scaling original_max_position_embeddings x factor.
+        rotary_dim: values per row: head_dim x partial_rotary_factor (qk_rope_head_dim for MLA).
+        dtype: "model" (the default get_rope dtype) or "float32" where the model passes it
+            (gpt-oss).
+    """
+
+    __pydantic_config__: ClassVar[dict[str, str]] = _FORBID_EXTRA
+
+    positions: Annotated[int, Gt(0), Le(1 << 30)]
+    rotary_dim: Width
+    dtype: Literal["model", "float32"] = "model"
+
+
+@dataclass(frozen=True, slots=True)
 class MlaSpec:
     """Multi-head latent attention facts (DeepSeek-V2/V3 style)."""
 
@@ -137,6 +160,9 @@ class VisionSpec:
         patches_per_token: encoder patches merged into one language-model token.
         values_per_patch: pixel values per patch (channels x temporal x patch^2), the input.
         projector_width: width of a per-patch projector MLP (width -> p -> p), if any.
+        params_override: encoder and projector parameters counted from the encoder's own
+            layer shapes, used instead of the formula in `params` when set (encoders that
+            are not that shape: gated MLPs, biases, position tables, patch mergers).
     """
 
     __pydantic_config__: ClassVar[dict[str, str]] = _FORBID_EXTRA
@@ -147,10 +173,14 @@ class VisionSpec:
     patches_per_token: Width = 4
     values_per_patch: WidthCount = 0
     projector_width: OptionalWidth = None
+    params_override: Annotated[int | None, Ge(0)] = None
 
     @property
     def params(self) -> int:
-        """Encoder parameters: layers (attention 4w^2 + MLP 2wi) and a per-patch projector."""
+        """Encoder parameters: `params_override` when set, else layers (attention 4w^2 +
+        MLP 2wi) and a per-patch projector."""
+        if self.params_override is not None:
+            return self.params_override
         w = self.hidden_size
         layers = self.num_layers * (4 * w * w + 2 * w * self.intermediate_size)
         p = self.projector_width or 0
@@ -179,6 +209,7 @@ class ArchitectureSpec:
     vision: VisionSpec | None = None
     local_attention: LocalAttentionSpec | None = None
     attention_sinks: bool = False  # one learned sink logit per attention head (gpt-oss)
+    rope_cache: RopeCacheSpec | None = None
 
     @property
     def first_dense_layers(self) -> int:

@@ -66,9 +66,14 @@ def test_graph_estimate_moves_kv(inputs_for: Build) -> None:
 
 
 def test_estimate_default_follows_engine_version(inputs_for: Build) -> None:
-    """Without the env flag the estimate is on from vLLM 0.21.0 and off before it."""
+    """Without the env flag the estimate is on from vLLM 0.20.0 (envs.py default 1) and off before.
+
+    vLLM's own log line says "default since v0.21.0", but v0.20.0's envs.py already defaults
+    VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS to 1 (v0.19.1: 0).
+    """
     assert inputs_for("llama-3.1-70b-4xh100").estimate_cudagraphs is True
-    old = inputs_for("llama-3.1-70b-4xh100", "engine.version=0.20.2")
+    assert inputs_for("llama-3.1-70b-4xh100", "engine.version=0.20.2").estimate_cudagraphs
+    old = inputs_for("llama-3.1-70b-4xh100", "engine.version=0.19.1")
     assert old.estimate_cudagraphs is False
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -471,3 +472,83 @@ def test_never_raises_on_arbitrary_text(text: str) -> None:
 def test_crlf_and_lf_parse_the_same(lines: list[str]) -> None:
     """Joining the same lines with `\\n` or `\\r\\n` gives the same figures and failures."""
     assert parse_startup_log("\n".join(lines)) == parse_startup_log("\r\n".join(lines))
+
+
+# --- the real-startup corpus, every vLLM version in it -----------------------------------
+
+CORPUS = Path(__file__).parents[2] / "benchmarks" / "corpus" / "real-startups" / "startups.jsonl"
+# corpus figure -> StartupFigures field
+CORPUS_FIELDS = {
+    "model_loading_gib": "weights_gib",
+    "available_kv_cache_gib": "available_kv_gib",
+    "kv_cache_tokens": "kv_cache_tokens",
+    "max_concurrency": "max_concurrency",
+    "max_concurrency_at_tokens": "concurrency_tokens_per_request",
+    "cuda_graph_gib_estimated": "estimated_cuda_graph_gib",
+    "cuda_graph_gib_captured": "graph_capture_gib",
+    "gpu_blocks": "gpu_blocks",
+}
+# Ranks disagree here and the scanner keeps the smallest KV budget by design (70.58 GiB on
+# the other pipeline stage; the corpus records the first line printed).
+SMALLEST_RANK_KV = {"gh200x8-qwen3-30b-a3b-2507-tp4pp2-ray": 70.58}
+
+
+def _corpus_entries() -> list[dict[str, object]]:
+    return [json.loads(line) for line in CORPUS.read_text(encoding="utf-8").splitlines() if line]
+
+
+@pytest.mark.parametrize("entry", _corpus_entries(), ids=lambda e: str(e["id"]))
+def test_corpus_log_lines_give_the_logged_figures(entry: dict[str, object]) -> None:
+    """Every figure a corpus entry logged is read back from its exact log lines."""
+    figures = parse_startup_log("\n".join(entry["log_lines"]))  # type: ignore[arg-type]
+    for key, name in CORPUS_FIELDS.items():
+        logged = entry["figures"][key]  # type: ignore[index]
+        if key == "available_kv_cache_gib" and entry["id"] in SMALLEST_RANK_KV:
+            logged = SMALLEST_RANK_KV[str(entry["id"])]
+        if logged is not None:
+            assert getattr(figures, name) == pytest.approx(logged), (entry["id"], key)
+
+
+def test_v0_profiling_sentence() -> None:
+    """V0's worker.py sentence gives the KV budget, utilization, activation and non-torch memory."""
+    log = (
+        "INFO 05-07 22:17:23 [model_runner.py:1140] Model loading took 15.6841 GiB and "
+        "17.586636 seconds\n"
+        "INFO 05-07 22:17:25 [worker.py:287] the current vLLM instance can use total_gpu_memory "
+        "(23.56GiB) x gpu_memory_utilization (0.90) = 21.20GiB\n"
+        "INFO 05-07 22:17:25 [worker.py:287] model weights take 15.68GiB; non_torch_memory takes "
+        "0.06GiB; PyTorch activation peak memory takes 0.12GiB; the rest of the memory reserved "
+        "for KV Cache is 5.34GiB.\n"
+        "INFO 05-07 22:17:26 [executor_base.py:112] # cuda blocks: 3646, # CPU blocks: 2730\n"
+    )
+    figures = parse_startup_log(log)
+    assert figures.weights_gib == pytest.approx(15.6841)
+    assert figures.available_kv_gib == pytest.approx(5.34)
+    assert figures.gpu_memory_utilization == pytest.approx(0.90)
+    assert figures.activation_peak_gib == pytest.approx(0.12)
+    assert figures.non_torch_gib == pytest.approx(0.06)
+    assert figures.gpu_blocks == 3646
+    assert parse_startup_log("# GPU blocks: 1,024, # CPU blocks: 512").gpu_blocks == 1024
+
+
+def test_v1_usage_line_banner_and_host_pool() -> None:
+    """V1's DEBUG usage line, the 0.11+ banner's version and 0.32's combined capacity line."""
+    usage = (
+        "(EngineCore pid=242) DEBUG 04-22 00:04:24 [v1/worker/gpu_worker.py:661] Free memory on "
+        "device (78.68/79.19 GiB) on startup. Desired GPU memory utilization is (0.95, 75.23 GiB). "
+        "Actual usage is 14.99 GiB for weight, 1.89 GiB for peak activation, 0.25 GiB for "
+        "non-torch memory, and 0.91 GiB for CUDAGraph memory."
+    )
+    figures = parse_startup_log(usage)
+    assert (figures.activation_peak_gib, figures.non_torch_gib) == (1.89, 0.25)
+    banner = (
+        "(APIServer pid=6539) INFO 04-18 20:22:57 [utils.py:299] ▄▄ ▄█ █ █ █ ▀▄▀ █ version 0.19.0"
+    )
+    assert parse_startup_log(banner).vllm_version == "0.19.0"
+    combined = (
+        "INFO [kv_cache_utils.py:2328] GPU + host KV cache size: 1,048,576 tokens, Maximum "
+        "concurrency for 8,192 tokens per request: 128.00x"
+    )
+    figures = parse_startup_log(combined)
+    assert figures.kv_cache_tokens == 1_048_576
+    assert figures.max_concurrency == pytest.approx(128.0)

@@ -7,7 +7,8 @@ come from `data_offsets` exactly and are grouped by tensor name so they can be s
 against the planner's per-group weight estimate.
 
 `architecture_from_config` is pure: it turns a Hugging Face `config.json` dict into
-`servekit.specs.ArchitectureSpec`, the facts a profile states.
+`servekit.specs.ArchitectureSpec`, the facts a profile states (the reading is
+`servekit.plan.model_config`'s).
 """
 
 from __future__ import annotations
@@ -24,9 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from pydantic import TypeAdapter, ValidationError
-
 from servekit.errors import ModelDirError
+from servekit.plan.model_config import model_facts_from_config
 from servekit.specs import ArchitectureSpec
 
 CONFIG_FILE = "config.json"
@@ -431,113 +431,11 @@ def _is_int_list(value: Any) -> TypeGuard[list[int]]:
 def architecture_from_config(config: Mapping[str, Any]) -> ArchitectureSpec:
     """Return the architecture facts a Hugging Face `config.json` states.
 
-    A multimodal config's `text_config` describes the served language backbone; keys
-    absent there are looked up at the top level. Attention is "mla" when
-    `kv_lora_rank` is set, else "full" (indexed sparse attention and vision facts are
-    not derived; state them in the profile). `head_dim` is `qk_nope_head_dim +
-    qk_rope_head_dim` under MLA, else `head_dim`, else `hidden_size /
-    num_attention_heads`.
-
-    Args:
-        config: the parsed `config.json`.
-
-    Returns:
-        The validated facts.
+    The facts are `servekit.plan.model_config.model_facts_from_config`'s (quantization is
+    the profile's business here, so `quantization_config` is not read).
 
     Raises:
-        ModelDirError: a required key is missing or a value is out of range.
+        ModelDirError: a required key is missing, a value is out of range, or the
+            `model_type` is not one servekit reads.
     """
-    text = config.get("text_config")
-    cfg = _Lookup(config, text if isinstance(text, Mapping) else {})
-    hidden = cfg.require_int("hidden_size")
-    heads = cfg.require_int("num_attention_heads")
-    facts: dict[str, Any] = {
-        "attention": "full",
-        "num_layers": cfg.require_int("num_hidden_layers"),
-        "hidden_size": hidden,
-        "num_attention_heads": heads,
-        "num_kv_heads": cfg.optional_int("num_key_value_heads") or heads,
-        "vocab_size": cfg.require_int("vocab_size"),
-        "tie_word_embeddings": bool(cfg.get("tie_word_embeddings", False)),
-    }
-    dtype = cfg.get("torch_dtype") or cfg.get("dtype")
-    if dtype is not None:
-        facts["dtype"] = _serving_dtype(str(dtype))
-    if cfg.get("kv_lora_rank") is not None:
-        mla = {
-            key: cfg.require_int(key)
-            for key in ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
-        }
-        facts["attention"] = "mla"
-        facts["mla"] = {**mla, "q_lora_rank": cfg.optional_int("q_lora_rank")}
-        facts["head_dim"] = mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"]
-    else:
-        facts["head_dim"] = cfg.optional_int("head_dim") or (hidden // heads if heads > 0 else 0)
-    num_experts = cfg.optional_int("n_routed_experts", "num_local_experts", "num_experts")
-    if num_experts:
-        expert_size = cfg.require_int("moe_intermediate_size", "intermediate_size")
-        shared_size = cfg.optional_int("shared_expert_intermediate_size")
-        facts["moe"] = {
-            "num_experts": num_experts,
-            "top_k": cfg.require_int("num_experts_per_tok", "experts_per_token"),
-            "expert_intermediate_size": expert_size,
-            "num_shared_experts": cfg.optional_int("n_shared_experts") or int(bool(shared_size)),
-            "shared_expert_intermediate_size": shared_size,
-            "first_dense_layers": cfg.optional_int("first_k_dense_replace") or 0,
-        }
-        facts["intermediate_size"] = cfg.optional_int("intermediate_size") or expert_size
-    else:
-        facts["intermediate_size"] = cfg.require_int("intermediate_size")
-    try:
-        return TypeAdapter(ArchitectureSpec).validate_python(facts)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        key = ".".join(str(p) for p in first["loc"])
-        more = len(exc.errors()) - 1
-        raise ModelDirError(
-            f"model config gives an invalid {key}: {first['msg']} "
-            f"(got {_shown(first.get('input'))})" + (f" (+{more} more)" if more else ""),
-            fix="correct config.json or state model.architecture in the profile",
-        ) from None
-
-
-def _serving_dtype(name: str) -> str:
-    dtype = name.removeprefix("torch.")
-    # vLLM's --dtype auto serves float32 checkpoints in bfloat16 on GPUs that have it.
-    return "bfloat16" if dtype == "float32" else dtype
-
-
-class _Lookup:
-    """Keys of a text backbone's config first, then of the top-level config."""
-
-    def __init__(self, top: Mapping[str, Any], text: Mapping[str, Any]) -> None:
-        self._layers = (text, top)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        for layer in self._layers:
-            if layer.get(key) is not None:
-                return layer[key]
-        return default
-
-    def optional_int(self, *keys: str) -> int | None:
-        for key in keys:
-            value = self.get(key)
-            if value is None:
-                continue
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise ModelDirError(
-                    f"model config key {key!r} is {_shown(value)}, not an integer",
-                    fix="correct config.json or state model.architecture in the profile",
-                )
-            return value
-        return None
-
-    def require_int(self, *keys: str) -> int:
-        value = self.optional_int(*keys)
-        if value is None:
-            names = " or ".join(repr(k) for k in keys)
-            raise ModelDirError(
-                f"model config has no {names}",
-                fix="add it to config.json or state model.architecture in the profile",
-            )
-        return value
+    return model_facts_from_config(config, read_quantization=False).architecture

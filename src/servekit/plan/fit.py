@@ -5,6 +5,9 @@ driver reports. KV cache = requested - weights - activation peak - non-torch mem
 minus the CUDA-graph estimate when VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS is on.
 With the estimate off, graphs are captured outside that budget and must fit in what
 the budget leaves free plus the activation headroom released after profiling.
+The formula holds for V0 and V1; the engine version's `Accounting` (plan/engine_rules.py)
+decides whether the estimate can apply, how V0 quotes concurrency, and which measured
+terms of that release the plan leaves out (each named in a warning).
 """
 
 from __future__ import annotations
@@ -16,18 +19,14 @@ from dataclasses import dataclass
 from servekit.plan.activations import ActivationPeak, activation_peak
 from servekit.plan.cuda_graphs import GraphPlan, graph_plan
 from servekit.plan.inputs import PlanInputs
-from servekit.plan.kv_cache import (
-    KvTerm,
-    kv_capacity_tokens,
-    kv_terms,
-    max_concurrency,
-)
+from servekit.plan.kv_cache import KvLayout, KvTerm, kv_layout, kv_terms
 from servekit.plan.quantization import lookup_scheme
 from servekit.plan.weights import WeightBreakdown, weights_per_gpu
 from servekit.results.plan import (
     PLAN_VERSION,
     ActivationBreakdown,
     CudaGraphs,
+    KvCacheGroupBlock,
     KvTermBlock,
     PerGpu,
     PlanDocument,
@@ -63,6 +62,8 @@ class MemoryPlan:
     fits: bool
     largest_fitting_max_model_len: int | None
     warnings: tuple[str, ...]
+    kv_layout: KvLayout | None = None
+    gpu_blocks: int = 0
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -82,11 +83,13 @@ def make_plan(
     weights = weights_per_gpu(inputs)
     acts = activation_peak(inputs)
     graphs = graph_plan(inputs)
-    non_kv = weights.total_bytes + acts.peak_bytes + non_torch_bytes
+    non_kv = _budgeted_weights(inputs, weights) + acts.peak_bytes + non_torch_bytes
     kv_on, kv_off = _kv_budget(inputs, requested, non_kv, graphs.total_bytes)
     kv = kv_on if inputs.estimate_cudagraphs else kv_off
-    tokens = kv_capacity_tokens(kv, inputs)
-    fits = tokens >= inputs.max_model_len
+    layout = kv_layout(inputs)
+    blocks = layout.num_blocks(kv)
+    tokens = layout.tokens(blocks, inputs)
+    fits = blocks >= layout.blocks_per_request(inputs)
     largest = None if fits else _largest_fitting_len(inputs, non_torch_bytes)
     plan = MemoryPlan(
         inputs=inputs,
@@ -101,12 +104,32 @@ def make_plan(
         kv_cache_bytes_estimate_on=kv_on,
         kv_cache_bytes_estimate_off=kv_off,
         kv_cache_tokens=tokens,
-        max_concurrency=max_concurrency(tokens, inputs),
+        max_concurrency=_concurrency(layout, blocks, tokens, inputs),
         fits=fits,
         largest_fitting_max_model_len=largest,
         warnings=(),
+        kv_layout=layout,
+        gpu_blocks=blocks,
     )
     return dataclasses.replace(plan, warnings=tuple(plan_warnings(plan)))
+
+
+def _budgeted_weights(inputs: PlanInputs, weights: WeightBreakdown) -> float:
+    """The weights vLLM takes from the budget: V0 profiles the target's worker alone."""
+    if inputs.accounting.weights_include_draft:
+        return weights.total_bytes
+    # V0 (spec_decode_worker.determine_num_available_blocks): the scorer's memory_profiling
+    # counts its own weights; the draft, loaded before profiling, is in neither term
+    return weights.total_bytes - weights.draft_bytes
+
+
+def _concurrency(layout: KvLayout, blocks: int, tokens: int, inputs: PlanInputs) -> float:
+    """vLLM's 'Maximum concurrency': blocks over a request's blocks per KV cache group in V1,
+    tokens over length in V0."""
+    if inputs.accounting.concurrency_whole_blocks:
+        return layout.max_concurrency(blocks, inputs)
+    # V0 (executor_base.initialize_cache): num_gpu_blocks x block_size / max_model_len
+    return (tokens // inputs.block_size) * inputs.block_size / inputs.max_model_len
 
 
 def _kv_budget(
@@ -127,13 +150,15 @@ def _requested_bytes(inputs: PlanInputs) -> tuple[float, float]:
     return capacity, math.ceil(capacity * inputs.gpu_memory_utilization)
 
 
-def _kv_tokens(inputs: PlanInputs, non_torch_bytes: float) -> int:
+def _kv_fits(inputs: PlanInputs, non_torch_bytes: float) -> bool:
+    """Whether one request of max_model_len fits the KV blocks (vLLM's start-up check)."""
     _, requested = _requested_bytes(inputs)
-    non_kv = (
-        weights_per_gpu(inputs).total_bytes + activation_peak(inputs).peak_bytes + non_torch_bytes
-    )
+    weights = _budgeted_weights(inputs, weights_per_gpu(inputs))
+    non_kv = weights + activation_peak(inputs).peak_bytes + non_torch_bytes
     on, off = _kv_budget(inputs, requested, non_kv, graph_plan(inputs).total_bytes)
-    return kv_capacity_tokens(on if inputs.estimate_cudagraphs else off, inputs)
+    layout = kv_layout(inputs)
+    blocks = layout.num_blocks(on if inputs.estimate_cudagraphs else off)
+    return blocks >= layout.blocks_per_request(inputs)
 
 
 def _largest_fitting_len(inputs: PlanInputs, non_torch_bytes: float) -> int | None:
@@ -144,8 +169,7 @@ def _largest_fitting_len(inputs: PlanInputs, non_torch_bytes: float) -> int | No
     """
 
     def fits(length: int) -> bool:
-        trial = dataclasses.replace(inputs, max_model_len=length)
-        return _kv_tokens(trial, non_torch_bytes) >= length
+        return _kv_fits(dataclasses.replace(inputs, max_model_len=length), non_torch_bytes)
 
     step = inputs.block_size
     lo, hi = 0, inputs.max_model_len // step
@@ -164,7 +188,8 @@ def _largest_fitting_len(inputs: PlanInputs, non_torch_bytes: float) -> int | No
 def plan_warnings(plan: MemoryPlan) -> list[str]:
     """Return the risks a user needs to see for this plan."""
     i = plan.inputs
-    out: list[str] = []
+    out: list[str] = _accounting_warnings(i)
+    out += list(plan.kv_layout.warnings) if plan.kv_layout else []
     headroom = plan.capacity_bytes - plan.requested_bytes
     graphs = plan.graphs.total_bytes
     if not i.estimate_cudagraphs and graphs > headroom:
@@ -210,6 +235,28 @@ def plan_warnings(plan: MemoryPlan) -> list[str]:
     return out
 
 
+def _accounting_warnings(i: PlanInputs) -> list[str]:
+    """What the engine version made the plan assume, and the terms of that release it omits."""
+    rules = i.accounting
+    out = [rules.assumption] if rules.assumption else []
+    if rules.non_kv == "device_used":
+        out.append(
+            f"vLLM {rules.version} (V1 before 0.9.1) also takes the CUDA context and all other "
+            "non-torch memory on the device from the KV budget; not planned: expect less KV cache"
+        )
+    if rules.distributed_init_in_budget and i.tensor_parallel_size * i.pipeline_parallel_size > 1:
+        out.append(
+            f"vLLM {rules.version} creates NCCL communicators and all-reduce buffers after its "
+            "memory snapshot, so they count in the KV budget; not planned: expect less KV cache"
+        )
+    if i.draft is not None and not rules.weights_include_draft:
+        out.append(
+            "V0 profiles the target model's worker alone: the draft model's weights are outside "
+            "vLLM's KV budget (OOM risk), and 'Model loading took' prints the target alone"
+        )
+    return out
+
+
 def misfit_message(plan: MemoryPlan) -> str:
     """The one-line error for a plan that does not fit, naming the largest context that does."""
     message, fix = misfit_parts(plan)
@@ -219,7 +266,8 @@ def misfit_message(plan: MemoryPlan) -> str:
 def misfit_parts(plan: MemoryPlan) -> tuple[str, str]:
     """`misfit_message` as (what does not fit, how to make it fit)."""
     i = plan.inputs
-    need = i.max_model_len * plan.kv_bytes_per_token
+    layout = plan.kv_layout
+    need = layout.request_bytes(i) if layout else i.max_model_len * plan.kv_bytes_per_token
     have = max(plan.kv_cache_bytes, 0.0)
     # spelled as the profile overrides `plan` and `doctor` take (--set), not vLLM's flags
     best = plan.largest_fitting_max_model_len
@@ -293,4 +341,15 @@ def plan_to_json(plan: MemoryPlan) -> PlanDocument:
         fits=plan.fits,
         largest_fitting_max_model_len=plan.largest_fitting_max_model_len,
         warnings=list(plan.warnings),
+        kv_cache_groups=[
+            KvCacheGroupBlock(
+                kind=g.kind,
+                layers=g.layers,
+                block_size=g.block_size,
+                page_bytes=g.page_bytes,
+                window=g.window,
+            )
+            for g in (plan.kv_layout.groups if plan.kv_layout else ())
+        ],
+        gpu_blocks=plan.gpu_blocks,
     )

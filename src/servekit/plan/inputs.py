@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from servekit.errors import ConfigError
+from servekit.plan.engine_rules import NEWEST, Accounting, accounting_for
 from servekit.profiles.schema import Profile, tensor_parallel_error
 from servekit.specs import (
     NO_DRAFT_FACTS,
@@ -21,9 +22,6 @@ from servekit.specs import (
 
 # vLLM's default KV block size for CUDA attention backends.
 DEFAULT_BLOCK_SIZE = 16
-# The CUDA-graph memory estimate is budgeted by default from this vLLM release on.
-ESTIMATE_CUDAGRAPHS_DEFAULT_SINCE = (0, 21, 0)
-ESTIMATE_CUDAGRAPHS_ENV = "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS"
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,22 +48,13 @@ class PlanInputs:
     load_vision: bool = True
     estimate_cudagraphs: bool = True
     engine_version: str = ""
+    decode_context_parallel_size: int = 1
+    accounting: Accounting = NEWEST
 
     @property
     def decode_query_len(self) -> int:
         """Tokens each request verifies per decode step: 1 + k with speculation."""
         return 1 + (self.draft.num_speculative_tokens if self.draft else 0)
-
-
-def parse_version(text: str) -> tuple[int, int, int]:
-    """Parse 'v0.26.0' or '0.25.1rc1' into (0, 26, 0); unknown parts become 0."""
-    parts: list[int] = []
-    for piece in text.lstrip("v").split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit()) if piece else ""
-        parts.append(int(digits) if digits and piece[0].isdigit() else 0)
-    while len(parts) < 3:
-        parts.append(0)
-    return parts[0], parts[1], parts[2]
 
 
 def model_spec(
@@ -100,7 +89,10 @@ def plan_inputs(profile: Profile, gpu: GpuSpec, arch: ArchitectureSpec | None = 
         )
     args = profile.serve_args
     model = model_spec(
-        profile.name, facts, profile.model.quantization, profile.model.quantized_layers
+        profile.name,
+        facts,
+        effective_quantization(profile.model.quantization, args.quantization),
+        profile.model.quantized_layers,
     )
     tensor_parallel_error(facts, args.tensor_parallel_size, raise_as=ConfigError)
     block_size = args.block_size or DEFAULT_BLOCK_SIZE
@@ -119,11 +111,8 @@ def plan_inputs(profile: Profile, gpu: GpuSpec, arch: ArchitectureSpec | None = 
             method=spec.config.method,
             num_speculative_tokens=spec.config.num_speculative_tokens,
         )
-    env_flag = profile.env.get(ESTIMATE_CUDAGRAPHS_ENV)
-    if env_flag is None:
-        estimate = parse_version(profile.engine.version) >= ESTIMATE_CUDAGRAPHS_DEFAULT_SINCE
-    else:
-        estimate = env_flag.strip().lower() not in {"0", "false", "no", "off", ""}
+    # the engine version and env decide the accounting (V0/V1, the graph estimate's default)
+    accounting = accounting_for(profile.engine.version, profile.env)
     return PlanInputs(
         model=model,
         gpu=gpu,
@@ -145,6 +134,23 @@ def plan_inputs(profile: Profile, gpu: GpuSpec, arch: ArchitectureSpec | None = 
         and not args.language_model_only,
         mm_encoder_tp=args.mm_encoder_tp_mode != "data",
         load_vision=not args.language_model_only,
-        estimate_cudagraphs=estimate,
+        estimate_cudagraphs=accounting.estimate_cudagraphs(profile.env),
         engine_version=profile.engine.version,
+        decode_context_parallel_size=args.decode_context_parallel_size or 1,
+        accounting=accounting,
     )
+
+
+# Checkpoint formats vLLM's online `--quantization fp8` quantizes at load time: a 16-bit
+# checkpoint's linear layers are cast to FP8 with per-tensor scales as they are loaded
+# (vllm/model_executor/layers/quantization/fp8.py, Fp8OnlineLinearMethod / Fp8LinearMethod
+# with is_checkpoint_fp8_serialized False), so the GPU holds 1 byte per linear weight.
+_ONLINE_QUANTIZABLE = frozenset({"bf16", "fp16", "bfloat16", "float16"})
+
+
+def effective_quantization(checkpoint: str, requested: str | None) -> str:
+    """The weight scheme the GPU holds: the checkpoint's, or FP8 when `--quantization fp8`
+    asks vLLM to quantize a 16-bit checkpoint online at load time."""
+    if requested is not None and requested.lower() == "fp8" and checkpoint in _ONLINE_QUANTIZABLE:
+        return "fp8"
+    return checkpoint

@@ -1,13 +1,20 @@
 """Weight quantization schemes (core): bytes per stored parameter, by GPU capability.
 
 A quantized linear layer stores `weight_bits` per value plus one scale of `scale_bytes`
-per `group_size` values. GPUs without FP8 tensor cores (sm80/sm86) run FP8-family
-checkpoints weight-only through Marlin kernels, which keep the 8-bit weights but hold
-the scales as 16-bit values; `marlin_scale_bytes` records that.
+per `group_size` values (a zero point stored per group counts in `scale_bytes`). GPUs
+without FP8 tensor cores (sm80/sm86) run FP8-family checkpoints weight-only through
+Marlin kernels, which keep the 8-bit weights but hold the scales as 16-bit values;
+`marlin_scale_bytes` records that.
+
+Grouped integer schemes are named by their layout, `int<bits>_g<group>` (a 16-bit scale
+and a packed `bits`-bit zero point per group: GPTQ with sym=false, AWQ) and
+`int<bits>_sym_g<group>` (a 16-bit scale per group, no zero point: symmetric GPTQ,
+compressed-tensors W4A16); `lookup_scheme` builds any group size from the name.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from servekit.errors import ConfigError
@@ -64,10 +71,27 @@ SCHEMES: dict[str, QuantScheme] = {
         QuantScheme("nvfp4", 4, scale_bytes=1, group_size=16, needs_fp8_compute=True),
         # INT4 weight-only (GPTQ/AWQ) with a 16-bit scale and a packed 4-bit zero per 128 values.
         QuantScheme("int4_g128", 4, scale_bytes=2.5, group_size=128),
+        # INT4 weight-only, symmetric, group 128 (compressed-tensors W4A16 pack-quantized,
+        # symmetric GPTQ): a 16-bit weight_scale per 128 values and no zero point.
+        QuantScheme("int4_sym_g128", 4, scale_bytes=2, group_size=128),
+        # INT4 with one scale per output channel (GPTQ group_size -1): the scale is negligible.
+        QuantScheme("int4", 4),
         # INT8 weights with per-channel scales (W8A8).
         QuantScheme("int8", 8),
     )
 }
+
+# int<bits>[_sym]_g<group>: the grouped integer layouts named in the module docstring.
+_GROUPED_INT = re.compile(r"int(?P<bits>4|8)(?P<sym>_sym)?_g(?P<group>[1-9][0-9]{0,6})")
+SCALE_BYTES = 2  # GPTQ, AWQ and compressed-tensors store group scales as fp16/bf16
+
+
+def grouped_int_scheme(bits: int, group_size: int, *, zero_point: bool) -> QuantScheme:
+    """The integer weight-only layout with `bits`-bit weights and one 16-bit scale per
+    `group_size` values, plus a `bits`-bit zero point per group when `zero_point`."""
+    zero = bits / 8 if zero_point else 0.0
+    name = f"int{bits}{'' if zero_point else '_sym'}_g{group_size}"
+    return QuantScheme(name, bits, scale_bytes=SCALE_BYTES + zero, group_size=group_size)
 
 
 def lookup_scheme(name: str) -> QuantScheme:
@@ -76,9 +100,15 @@ def lookup_scheme(name: str) -> QuantScheme:
     Raises:
         ConfigError: unknown scheme; the message lists the known ones.
     """
-    try:
-        return SCHEMES[name.lower()]
-    except KeyError:
-        raise ConfigError(
-            f"unknown quantization {name!r}", fix=f"use one of: {', '.join(SCHEMES)}"
-        ) from None
+    key = name.lower()
+    if key in SCHEMES:
+        return SCHEMES[key]
+    grouped = _GROUPED_INT.fullmatch(key)
+    if grouped is not None:
+        return grouped_int_scheme(
+            int(grouped["bits"]), int(grouped["group"]), zero_point=grouped["sym"] is None
+        )
+    raise ConfigError(
+        f"unknown quantization {name!r}",
+        fix=f"use one of: {', '.join(SCHEMES)}, or int4_g<N> / int4_sym_g<N> / int8_g<N>",
+    )

@@ -49,8 +49,23 @@ _ANSI_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
 
 _MODEL_LOAD_RE = re.compile(rf"Model loading took ({_NUM}) GiB(?: memory)? and ({_NUM}) sec")
 _AVAILABLE_KV_RE = re.compile(rf"Available KV cache memory: ({_NUM}) GiB")
-# vLLM names the device: "GPU KV cache size" on CUDA, "CPU KV cache size" on the CPU build.
-_KV_TOKENS_RE = re.compile(rf"(?:GPU|CPU|XPU) KV cache size: ({_INT}) tokens")
+# V0 (worker/worker.py determine_num_available_blocks, up to 0.10.x) has no "Available KV
+# cache memory" line: its profiling sentence ends with the KV budget, with no space before GiB.
+_V0_KV_RE = re.compile(rf"the rest of the memory reserved for KV Cache is ({_NUM}) ?GiB")
+_V0_GMU_RE = re.compile(rf"total_gpu_memory \(.*?\) x gpu_memory_utilization \(({_NUM})\)")
+_V0_ACTIVATION_RE = re.compile(rf"PyTorch activation peak memory takes ({_NUM}) ?GiB")
+_V0_NON_TORCH_RE = re.compile(rf"non_torch_memory takes ({_NUM}) ?GiB")
+# V1's DEBUG usage line (v1/worker/gpu_worker.py from 0.11.0; 0.27.0 drops the non-torch part).
+_V1_ACTIVATION_RE = re.compile(rf"({_NUM}) GiB for peak activation")
+_V1_NON_TORCH_RE = re.compile(rf"({_NUM}) GiB for non-torch memory")
+# vLLM names the device: "GPU KV cache size" on CUDA, "CPU KV cache size" on the CPU build,
+# "GPU + host KV cache size" with hierarchical sparse attention's host pool (0.32).
+_KV_TOKENS_RE = re.compile(rf"(?:GPU|CPU|XPU)(?: \+ host)? KV cache size: ({_INT}) tokens")
+# V0 executor_base.initialize_cache: "# cuda blocks: N, # CPU blocks: M" (0.8.x names the
+# platform; older releases print "# GPU blocks"); V1 loggers.py prints it at DEBUG.
+_GPU_BLOCKS_RE = re.compile(
+    rf"# (?:GPU|cuda|CUDA) blocks: ({_INT})|num_gpu_blocks is: ({_INT})",
+)
 _CONCURRENCY_RE = re.compile(
     rf"Maximum concurrency for ({_INT}) tokens per request: ({_NUM})x",
 )
@@ -66,6 +81,8 @@ _GRAPH_COUNTS_RE = re.compile(r"Profiling CUDA graph memory: (.*)")
 _GRAPH_COUNT_ITEM_RE = re.compile(rf"\b([A-Z][A-Z_]*)=({_INT})")
 _VERSION_RES = (
     re.compile(rf"vLLM API server version {_VERSION}"),
+    # the ASCII-art banner of 0.11+ (entrypoints/utils.py): "... ▀▄▀ █  version 0.19.0"
+    re.compile(rf"\u2580\u2584\u2580 \u2588 +version {_VERSION}"),
     re.compile(rf"Starting vLLM API server\b.{{0,200}}?\bversion {_VERSION}"),
     re.compile(rf"Initializing an? (?:V1 )?LLM engine \({_VERSION}\)"),
 )
@@ -100,7 +117,9 @@ _FAILURE_RES: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 
 LINE_RES: tuple[re.Pattern[str], ...] = (
-    _MODEL_LOAD_RE, _AVAILABLE_KV_RE, _KV_TOKENS_RE, _CONCURRENCY_RE, _ESTIMATED_GRAPH_RE,
+    _MODEL_LOAD_RE, _AVAILABLE_KV_RE, _V0_KV_RE, _V0_GMU_RE, _V0_ACTIVATION_RE,
+    _V0_NON_TORCH_RE, _V1_ACTIVATION_RE, _V1_NON_TORCH_RE, _GPU_BLOCKS_RE,
+    _KV_TOKENS_RE, _CONCURRENCY_RE, _ESTIMATED_GRAPH_RE,
     _GRAPH_CAPTURE_RE, _PROFILING_ON_RE, _PROFILING_OFF_RE, _GRAPH_COUNTS_RE, *_VERSION_RES,
     _ARCHITECTURE_RE, *_MODEL_RES, _MAX_LEN_ESTIMATE_RE, *(p for _, p in _FAILURE_RES),
 )  # fmt: skip
@@ -114,6 +133,9 @@ LINE_HINTS: tuple[re.Pattern[str], ...] = tuple(
     re.compile(re.escape(hint))
     for hint in (
         "Model loading took", "Available KV cache memory", "KV cache size: ",
+        "rest of the memory reserved for KV Cache", "x gpu_memory_utilization (",
+        "activation peak memory takes", "non_torch_memory takes", "for peak activation",
+        "for non-torch memory", " blocks: ", "num_gpu_blocks is: ", "\u2580\u2584\u2580 \u2588",
         "Maximum concurrency for", "Estimated CUDA graph memory", "Graph capturing finished",
         "CUDA graph memory profiling is", "Profiling CUDA graph memory", "vLLM API server",
         "LLM engine (", "Resolved architecture", "non-default args",
@@ -185,6 +207,11 @@ class StartupFigures:
         vllm_version: the vLLM version the log reports.
         model: the model path or name the engine loaded.
         architecture: the model class vLLM resolved, e.g. `MiniMaxM3ForCausalLM`.
+        gpu_blocks: KV-cache blocks per GPU (V0's "# cuda blocks", V1's DEBUG line).
+        activation_peak_gib: the profiled activation peak the log reports (V0's profiling
+            sentence, V1's DEBUG usage line; from 0.18 it includes an applied CUDA-graph
+            estimate, from 0.27 it is the transient peak only).
+        non_torch_gib: the non-torch memory the log reports (V0, V1 0.11-0.26 DEBUG).
     """
 
     weights_gib: float | None = None
@@ -205,6 +232,9 @@ class StartupFigures:
     vllm_version: str | None = None
     model: str | None = None
     architecture: str | None = None
+    gpu_blocks: int | None = None
+    activation_peak_gib: float | None = None
+    non_torch_gib: float | None = None
 
     @property
     def found_any(self) -> bool:
@@ -236,6 +266,9 @@ class _Scan:
     vllm_version: str | None = None
     model: str | None = None
     architecture: str | None = None
+    gpu_blocks: int | None = None
+    activation_peak_gib: float | None = None
+    non_torch_gib: float | None = None
 
 
 def parse_startup_log(text: str) -> StartupFigures:
@@ -326,6 +359,9 @@ def _figures(scan: _Scan) -> StartupFigures:
         vllm_version=scan.vllm_version,
         model=scan.model,
         architecture=scan.architecture,
+        gpu_blocks=scan.gpu_blocks,
+        activation_peak_gib=scan.activation_peak_gib,
+        non_torch_gib=scan.non_torch_gib,
     )
 
 
@@ -369,7 +405,7 @@ def _scan_figures(scan: _Scan, line: str) -> None:
         if weights is not None and (scan.weights_gib is None or weights > scan.weights_gib):
             scan.weights_gib = weights
         scan.model_load_s = _first(scan.model_load_s, _to_float(m.group(2)))
-    if m := _AVAILABLE_KV_RE.search(line):
+    if m := _AVAILABLE_KV_RE.search(line) or _V0_KV_RE.search(line):
         available = _to_float(m.group(1))
         if available is not None and (
             scan.available_kv_gib is None or available < scan.available_kv_gib
@@ -386,6 +422,7 @@ def _scan_figures(scan: _Scan, line: str) -> None:
         scan.graph_capture_s = _to_float(m.group(1))
         scan.graph_capture_gib = _to_float(m.group(2))
     _scan_profiling(scan, line)
+    _scan_usage(scan, line)
     if scan.graph_counts is None and (m := _GRAPH_COUNTS_RE.search(line)):
         counts = {
             mode: count
@@ -407,6 +444,18 @@ def _scan_figures(scan: _Scan, line: str) -> None:
                 break
     if scan.max_len_estimate is None and (m := _MAX_LEN_ESTIMATE_RE.search(line)):
         scan.max_len_estimate = _to_int(m.group(1))
+
+
+def _scan_usage(scan: _Scan, line: str) -> None:
+    """Fold KV blocks, V0's utilization and the reported activation and non-torch memory."""
+    if scan.gpu_blocks is None and (m := _GPU_BLOCKS_RE.search(line)):
+        scan.gpu_blocks = _to_int(m.group(1) or m.group(2))
+    if scan.gpu_memory_utilization is None and (m := _V0_GMU_RE.search(line)):
+        scan.gpu_memory_utilization = _to_float(m.group(1))
+    if m := _V0_ACTIVATION_RE.search(line) or _V1_ACTIVATION_RE.search(line):
+        scan.activation_peak_gib = _first(scan.activation_peak_gib, _to_float(m.group(1)))
+    if m := _V0_NON_TORCH_RE.search(line) or _V1_NON_TORCH_RE.search(line):
+        scan.non_torch_gib = _first(scan.non_torch_gib, _to_float(m.group(1)))
 
 
 def _scan_profiling(scan: _Scan, line: str) -> None:

@@ -5,6 +5,10 @@ LM head (vocabulary padded to a multiple of 64), column-parallel Q/K/V and MLP-u
 projections, row-parallel output and MLP-down projections, KV heads replicated when
 the TP size exceeds them, norms and routers replicated, experts split by their
 intermediate size under TP or whole experts per rank under EP.
+
+A checkpoint quantized on its routed experts only (quantized_layers "experts": gpt-oss's
+MXFP4, Kimi-K2's INT4) keeps attention, dense MLPs, shared experts and embeddings in the
+model dtype. MXFP4 experts are padded to the MoE kernel's tile (see `mxfp4_expert_dims`).
 """
 
 from __future__ import annotations
@@ -17,6 +21,16 @@ from servekit.plan.quantization import lookup_scheme
 from servekit.units import dtype_bytes
 
 VOCAB_PADDING = 64  # vLLM pads the vocabulary to a multiple of this before splitting it
+# MXFP4 MoE weights are allocated padded to the kernel's tile (vllm/model_executor/layers/
+# quantization/mxfp4.py, Mxfp4MoEMethod.create_weights, v0.10 to v0.19; in 0.32
+# fused_moe/oracle/mxfp4.py, mxfp4_round_up_hidden_size_and_intermediate_size). GPUs without
+# FP4 tensor cores (before sm100) run them through the Marlin MoE kernel, which needs
+# n % 256 == 0 and k % 128 == 0: the per-rank intermediate size rounds up to 128 and the
+# hidden size to 256. Blackwell's FlashInfer/TRT-LLM kernels round both up to 256.
+MXFP4_MARLIN_INTERMEDIATE_ALIGN = 128
+MXFP4_MARLIN_HIDDEN_ALIGN = 256
+MXFP4_SM100_ALIGN = 256
+FP4_TENSOR_CORES_SINCE_SM = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +73,10 @@ def weights_per_gpu(inputs: PlanInputs) -> WeightBreakdown:
     tp = inputs.tensor_parallel_size
     pp = inputs.pipeline_parallel_size
     act = dtype_bytes(m.dtype)
-    quant = lookup_scheme(m.quantization).bytes_per_param(gpu_has_fp8=inputs.gpu.fp8)
+    scheme = lookup_scheme(m.quantization)
+    quant = scheme.bytes_per_param(gpu_has_fp8=inputs.gpu.fp8)
+    # the bytes per parameter of linear layers outside the routed experts
+    linear = act if m.quantized_layers == "experts" else quant
     h = m.hidden_size
     stage_share = math.ceil(m.num_layers / pp) / m.num_layers
 
@@ -68,33 +85,45 @@ def weights_per_gpu(inputs: PlanInputs) -> WeightBreakdown:
     heads = 1 if m.tie_word_embeddings else 2
     embeddings = table * (heads if pp == 1 else 1)
 
-    attention = _attention_params_per_layer(inputs) * m.num_layers * quant * stage_share
-    dense_layers = m.num_layers if m.moe is None else m.first_dense_layers
-    dense_mlp = 3 * h * m.intermediate_size / tp * dense_layers * quant * stage_share
+    attention = _attention_params(inputs) * linear * stage_share
+    dense_layers = m.num_layers - m.moe_layers
+    dense_mlp = 3 * h * m.intermediate_size / tp * dense_layers * linear * stage_share
 
     experts = 0.0
     other = (2 * h * m.num_layers + h) * act * stage_share  # RMSNorm weights, replicated
+    if m.attention_sinks:
+        # one learned sink logit per attention head, split across ranks, in the model dtype
+        # as vllm/model_executor/models/gpt_oss.py allocates OAIAttention.sinks
+        other += m.num_attention_heads / tp * m.num_layers * act * stage_share
     if m.moe is not None:
         moe = m.moe
-        expert_params = 3 * h * moe.expert_intermediate_size
+        hidden = h
+        inter: float = moe.expert_intermediate_size
+        if not inputs.enable_expert_parallel:
+            inter /= tp  # TP splits every expert by its intermediate size
+        if scheme.name == "mxfp4":
+            hidden, inter = mxfp4_expert_dims(h, inter, inputs.gpu.sm)
+        expert_params = 3 * hidden * inter
         if inputs.enable_expert_parallel:
-            per_layer: float = math.ceil(moe.num_experts / tp) * expert_params
+            routed: float = math.ceil(moe.num_experts / tp) * expert_params
         else:
-            per_layer = moe.num_experts * expert_params / tp
+            routed = moe.num_experts * expert_params
         shared_size = moe.shared_expert_intermediate_size or moe.expert_intermediate_size
-        per_layer += moe.num_shared_experts * 3 * h * shared_size / tp
-        experts = per_layer * m.moe_layers * quant * stage_share
+        shared = moe.num_shared_experts * 3 * h * shared_size / tp
+        experts = (routed * quant + shared * linear) * m.moe_layers * stage_share
         other += h * moe.num_experts * m.moe_layers * act * stage_share  # router, replicated
     if m.sparse is not None:
         s = m.sparse
         index_params = (
             h * s.index_heads * s.index_head_dim + h * s.index_head_dim + h * s.index_heads
         )
-        other += index_params * m.sparse_layers * quant * stage_share  # indexer, replicated
+        other += index_params * m.sparse_layers * linear * stage_share  # indexer, replicated
     if m.mla is not None:
         other += (m.mla.kv_lora_rank + (m.mla.q_lora_rank or 0)) * m.num_layers * act * stage_share
     if m.vision is not None and inputs.load_vision:
         other += m.vision.params * act / (tp if inputs.mm_encoder_tp else 1)
+    if m.rope_cache is not None:
+        other += rope_cache_bytes(inputs)
 
     draft = 0.0
     if inputs.draft is not None and inputs.draft.params:
@@ -107,6 +136,56 @@ def weights_per_gpu(inputs: PlanInputs) -> WeightBreakdown:
         other_bytes=other,
         draft_bytes=draft,
     )
+
+
+def rope_cache_bytes(inputs: PlanInputs) -> float:
+    """The rotary cos/sin buffer: positions x rotary_dim values, whole on every GPU.
+
+    vLLM's RotaryEmbedding.__init__ registers it as the `cos_sin_cache` buffer while the
+    model is built on the GPU (vllm/model_executor/layers/rotary_embedding/base.py), so it
+    is part of "Model loading took"; get_rope shares one table between all layers.
+    """
+    rope = inputs.model.rope_cache
+    if rope is None:
+        return 0.0
+    width = dtype_bytes("float32" if rope.dtype == "float32" else inputs.model.dtype)
+    return rope.positions * rope.rotary_dim * width
+
+
+def mxfp4_expert_dims(hidden: int, intermediate: float, sm: int) -> tuple[int, int]:
+    """(hidden, per-rank intermediate) of an MXFP4 expert as vLLM allocates it on this GPU."""
+    if sm >= FP4_TENSOR_CORES_SINCE_SM:
+        return _round_up(hidden, MXFP4_SM100_ALIGN), _round_up(intermediate, MXFP4_SM100_ALIGN)
+    return (
+        _round_up(hidden, MXFP4_MARLIN_HIDDEN_ALIGN),
+        _round_up(intermediate, MXFP4_MARLIN_INTERMEDIATE_ALIGN),
+    )
+
+
+def _round_up(value: float, multiple: int) -> int:
+    return math.ceil(value / multiple) * multiple
+
+
+def _attention_params(inputs: PlanInputs) -> float:
+    """Attention projection parameters of all layers on one rank (full and local layers)."""
+    m = inputs.model
+    local = m.local_attention
+    if m.mla is not None or local is None or not local.num_layers:
+        return _attention_params_per_layer(inputs) * m.num_layers
+    full = _attention_params_per_layer(inputs) * (m.num_layers - local.num_layers)
+    return full + local.num_layers * _gqa_params(
+        inputs, local.num_kv_heads or m.num_kv_heads, local.head_dim or m.head_dim
+    )
+
+
+def _gqa_params(inputs: PlanInputs, num_kv_heads: int, head_dim: int) -> float:
+    """Q, K, V and output projections of one grouped-query attention layer on one rank."""
+    m = inputs.model
+    tp = inputs.tensor_parallel_size
+    h = m.hidden_size
+    q_cols = m.num_attention_heads / tp * head_dim
+    kv_cols = kv_heads_per_rank(num_kv_heads, tp) * head_dim
+    return h * (q_cols + 2 * kv_cols) + q_cols * h
 
 
 def _attention_params_per_layer(inputs: PlanInputs) -> float:
@@ -125,6 +204,4 @@ def _attention_params_per_layer(inputs: PlanInputs) -> float:
         kv_b = mla.kv_lora_rank * heads * (mla.qk_nope_head_dim + mla.v_head_dim)
         out = heads * mla.v_head_dim * h
         return q + kv_a + kv_b + out
-    q_cols = heads * m.head_dim
-    kv_cols = kv_heads_per_rank(m.num_kv_heads, tp) * m.head_dim
-    return h * (q_cols + 2 * kv_cols) + q_cols * h
+    return _gqa_params(inputs, m.num_kv_heads, m.head_dim)

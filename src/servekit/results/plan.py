@@ -57,6 +57,16 @@ class KvTermBlock(Document):
     bytes_per_token: int
 
 
+class KvCacheGroupBlock(Document):
+    """One of vLLM's KV cache groups: layers of one attention type sharing a block table."""
+
+    kind: Literal["full", "sliding_window", "chunked", "mla"]
+    layers: int
+    block_size: int
+    page_bytes: int
+    window: int | None
+
+
 class LoggedFigure(Document):
     """One figure, as planned and as the engine's startup log has it."""
 
@@ -111,3 +121,6 @@ class PlanDocument(Document):
     warnings: list[str]
     from_log: FromLog | None = None
     checkpoint: CheckpointBlock | None = None
+    # Added in schema_version 1 as optional keys (absent in documents written before them).
+    kv_cache_groups: list[KvCacheGroupBlock] | None = None
+    gpu_blocks: int | None = None
