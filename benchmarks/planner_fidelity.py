@@ -59,8 +59,11 @@ def cell(f: FigureResult) -> str:
 
 def table_rows(results: Sequence[EntryResult]) -> list[list[str]]:
     """Header plus one row per entry."""
-    rows = [["entry", *(HEADERS[f] for f in FIGURES)]]
-    rows += [[r.entry_id, *(cell(r.figure(f)) for f in FIGURES)] for r in results]
+    rows = [["entry", *(HEADERS[f] for f in FIGURES), "KV tokens at logged KV GiB"]]
+    for r in results:
+        diagnostic = r.tokens_at_logged_kv
+        extra = cell(diagnostic).replace("*", "") if diagnostic else "-"
+        rows.append([r.entry_id, *(cell(r.figure(f)) for f in FIGURES), extra])
     return rows
 
 
@@ -132,6 +135,11 @@ def as_json(results: Sequence[EntryResult], seed: dict[str, Any] | None) -> dict
             {
                 "id": r.entry_id,
                 "figures": [figure(f) for f in r.figures],
+                **(
+                    {"kv_tokens_at_logged_kv": figure(r.tokens_at_logged_kv)}
+                    if r.tokens_at_logged_kv
+                    else {}
+                ),
                 "notes": list(r.notes),
                 **({"problem": r.problem} if r.problem else {}),
             }

@@ -221,6 +221,13 @@ def test_unknown_utilization_checks_tokens_at_the_logged_kv_memory() -> None:
     assert isinstance(launch, LaunchPlan)
     assert launch.incomplete == {"available_kv": "gpu_memory_utilization: unknown"}
     assert launch.capacity_bytes == 50 * GIB
+    assert launch.tokens_at_logged_kv
+    plan = plan_document(15.0, 40.0, 300000, 36.6)
+    at_logged = plan_document(15.0, 50.0, 401000, 48.9)
+    result = compare_entry(launch.entry, launch, plan, at_logged)
+    tokens = result.figure("kv_tokens")
+    assert (tokens.status, tokens.predicted, tokens.basis) == ("within", 401000, "logged KV memory")
+    assert result.figure("available_kv").status == "incomplete"
 
 
 def test_quantized_launch_without_a_quantization_config_is_incomplete() -> None:
@@ -233,6 +240,7 @@ def test_quantized_launch_without_a_quantization_config_is_incomplete() -> None:
     reason = "quantization: 'compressed-tensors' but the config has no quantization_config"
     assert launch.incomplete == {"weights": reason, "available_kv": reason}
     assert launch.capacity_bytes == 50 * GIB
+    assert launch.tokens_at_logged_kv
     assert launch.notes[0].startswith("config: org/Model-A's own config.json is not")
 
 
@@ -245,7 +253,7 @@ def test_speculative_draft_blocks_every_figure() -> None:
     assert dict(launch.incomplete) == dict.fromkeys(
         ("weights", "kv_tokens", "max_concurrency", "available_kv"), reason
     )
-    assert launch.capacity_bytes is None
+    assert not launch.tokens_at_logged_kv
 
 
 def test_negative_kv_budget_is_not_a_capacity() -> None:
@@ -255,6 +263,7 @@ def test_negative_kv_budget_is_not_a_capacity() -> None:
     launch = launch_plan(entry, configs({"model": "org/Model-A", "config": LLAMA}))
     assert isinstance(launch, LaunchPlan)
     assert launch.capacity_bytes is None
+    assert not launch.tokens_at_logged_kv
     assert launch.incomplete["kv_tokens"] == "gpu_memory_utilization: unknown"
 
 
@@ -270,6 +279,9 @@ def test_compare_and_distribution() -> None:
         compare_entry(broken, launch_plan(broken, records), "profiles new: servekit: error: x"),
         compare_entry(startup(id="lost"), Unplanned("config: none", "incomplete"), None),
     ]
+    assert results[0].tokens_at_logged_kv is not None  # the budget is known: a diagnostic
+    assert results[0].tokens_at_logged_kv.status == "failed"  # no plan at the logged memory
+    assert results[0].figure("kv_tokens").basis == "plan"
     weights = results[0].figure("weights")
     assert weights.status == "within"
     assert weights.error == pytest.approx(0.2 / 15)

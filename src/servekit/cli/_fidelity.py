@@ -55,8 +55,8 @@ def run_corpus(corpus: Corpus) -> tuple[EntryResult, ...]:
 def plan_entry(
     runner: CliRunner, launch: LaunchPlan, workdir: Path
 ) -> tuple[Mapping[str, Any] | str, Mapping[str, Any] | str | None]:
-    """`profiles new` then `plan --json` for one entry: the plan (and the one at the logged
-    KV memory when the entry asks for it), or the CLI's error line."""
+    """`profiles new` then `plan --json` for one entry: the plan and the one at the logged
+    KV memory (when the log printed one), or the CLI's error line."""
     name = re.sub(r"[^A-Za-z0-9._-]", "-", launch.entry.id).lstrip("-._") or "entry"
     config_path = workdir / f"{name}.config.json"
     config_path.write_text(json.dumps(dict(launch.config)), encoding="utf-8")

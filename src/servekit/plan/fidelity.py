@@ -240,8 +240,11 @@ class LaunchPlan:
         gpu: the catalog GPU name; count: `--gpus`.
         engine_version: `--engine-version`, or None when the entry does not say.
         sets: `--set key=value` arguments in vLLM's spelling.
-        capacity_bytes: when set, the token figures are compared on a second plan with
-            `kv_cache_memory_bytes` at the logged KV memory (the budget itself is unknown).
+        capacity_bytes: the logged KV memory, for a second plan with
+            `kv_cache_memory_bytes` set to it (None: the log printed no usable budget).
+            It checks the token capacity apart from the budget, and stands in for the
+            plan's own budget where the entry does not say enough to predict it
+            (`tokens_at_logged_kv`).
         incomplete: per figure the entry cannot predict, why.
         notes: what was inferred or defaulted.
     """
@@ -255,6 +258,7 @@ class LaunchPlan:
     capacity_bytes: int | None
     incomplete: Mapping[Figure, str]
     notes: tuple[str, ...]
+    tokens_at_logged_kv: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,12 +296,11 @@ def launch_plan(entry: StartupRecord, configs: Sequence[ConfigRecord]) -> Launch
     if version is None:
         notes.append("vLLM version not in the entry: the planner's default accounting")
     blocked = _blocked_figures(entry, joined)
-    capacity = None
     logged_kv = entry.figures.get(LOGGED_KEYS["available_kv"]) or 0.0
     printed = entry.figures.get(LOGGED_KEYS["kv_tokens"]) is not None
-    if "available_kv" in blocked and "kv_tokens" not in blocked and printed and logged_kv > 0:
-        capacity = round(logged_kv * GIB)
-    elif "available_kv" in blocked:
+    capacity = round(logged_kv * GIB) if printed and logged_kv > 0 else None
+    stand_in = "available_kv" in blocked and "kv_tokens" not in blocked and capacity is not None
+    if "available_kv" in blocked and not stand_in:
         blocked.setdefault("kv_tokens", blocked["available_kv"])
         blocked.setdefault("max_concurrency", blocked["available_kv"])
     at = entry.figures.get("max_concurrency_at_tokens")
@@ -318,6 +321,7 @@ def launch_plan(entry: StartupRecord, configs: Sequence[ConfigRecord]) -> Launch
         capacity_bytes=capacity,
         incomplete=blocked,
         notes=tuple(notes),
+        tokens_at_logged_kv=stand_in,
     )
 
 
@@ -471,12 +475,15 @@ class FigureResult:
 
 @dataclass(frozen=True, slots=True)
 class EntryResult:
-    """Every figure of one corpus entry."""
+    """Every figure of one corpus entry, and the token capacity at the logged KV memory."""
 
     entry_id: str
     figures: tuple[FigureResult, ...]
     notes: tuple[str, ...] = ()
     problem: str | None = None
+    # KV tokens planned at the KV memory the log printed: the token capacity's own error,
+    # apart from the budget's (None where the entry gives no budget or no token figure).
+    tokens_at_logged_kv: FigureResult | None = None
 
     def figure(self, name: Figure) -> FigureResult:
         """The result for one figure."""
@@ -525,15 +532,17 @@ def compare_entry(
         return EntryResult(entry.id, figures, problem=launch.reason)
     results: list[FigureResult] = []
     for name in FIGURES:
-        use_capacity = launch.capacity_bytes is not None and name in (
-            "kv_tokens",
-            "max_concurrency",
-        )
+        use_capacity = launch.tokens_at_logged_kv and name in ("kv_tokens", "max_concurrency")
         document = capacity_plan if use_capacity else plan
         basis = "logged KV memory" if use_capacity else "plan"
         results.append(_compare_figure(entry, launch, name, document, basis))
+    at_logged = None
+    if launch.capacity_bytes is not None and "kv_tokens" not in launch.incomplete:
+        at_logged = _compare_figure(entry, launch, "kv_tokens", capacity_plan, "logged KV memory")
     problem = plan if isinstance(plan, str) else None
-    return EntryResult(entry.id, tuple(results), notes=launch.notes, problem=problem)
+    return EntryResult(
+        entry.id, tuple(results), notes=launch.notes, problem=problem, tokens_at_logged_kv=at_logged
+    )
 
 
 def _compare_figure(
