@@ -74,3 +74,29 @@ def show_command(
         emit_json(document)
         return
     click.echo(yaml.safe_dump(document, sort_keys=False, allow_unicode=True), nl=False)
+
+
+@profiles_group.command("gpus")
+@json_option
+def gpus_command(as_json: bool) -> None:
+    """List the GPU catalog: names, the aliases that find them, memory vLLM budgets from."""
+    from servekit.hardware import load_catalog
+    from servekit.hardware.catalog import gpu_aliases
+
+    aliases = gpu_aliases()
+    rows: list[dict[str, object]] = [
+        {"name": g.name, "device_name": g.device_name, "memory_mib": g.memory_mib,
+         "cuda_visible_mib": g.cuda_visible_mib, "unified_memory": g.unified_memory,
+         "aliases": aliases[g.name]}
+        for g in sorted(load_catalog().values(), key=lambda g: g.name)
+    ]  # fmt: skip
+    if as_json:
+        emit_json({"gpus": rows})
+        return
+    table = Table(
+        "name", "nvidia-smi MiB", "CUDA total MiB", "finds it (case, -, _, space ignored)"
+    )
+    for r in rows:
+        table.add_row(str(r["name"]), str(r["memory_mib"]), str(r["cuda_visible_mib"]),
+                      escape(", ".join(aliases[str(r["name"])])))  # fmt: skip
+    stdout_console().print(table)
