@@ -14,6 +14,7 @@ from servekit.cli._output import (
     set_option,
     stdout_console,
 )
+from servekit.cli.profiles_new import new_command
 from servekit.errors import ServekitError
 from servekit.profiles import available_profiles, load_profile
 from servekit.render import container_image
@@ -21,7 +22,10 @@ from servekit.render import container_image
 
 @click.group("profiles")
 def profiles_group() -> None:
-    """List and show deployment profiles (built-in and user YAML files)."""
+    """List, show and create deployment profiles (built-in and user YAML files)."""
+
+
+profiles_group.add_command(new_command)
 
 
 @profiles_group.command("list")
