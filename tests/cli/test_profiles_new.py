@@ -195,3 +195,27 @@ def test_new_refuses_to_overwrite(llama: Path, tmp_path: Path) -> None:
     assert out.read_text(encoding="utf-8") == "keep me\n"
     code, _, err = run(*base, "-o", str(tmp_path / "y.yaml"))
     assert "not named after" in _one_line_error(code, err)
+
+
+def test_a_model_directory_reads_config_and_safetensors_headers(tmp_path: Path) -> None:
+    """PATH may be a model directory: its config.json gives the facts and the shards'
+    headers the checkpoint bytes (plan --json's `checkpoint` block)."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    model = tmp_path / "Llama-3.1-8B-Instruct"
+    model.mkdir()
+    config = _config("meta-llama/Llama-3.1-8B-Instruct")
+    (model / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    save_file(
+        {"lm_head.weight": np.zeros((8, 4), dtype=np.float16)}, str(model / "model.safetensors")
+    )
+    code, out, err = run("plan", "--model-config", str(model), "--gpu", "h100", "--gpus", "1",
+                         "--set", "max_model_len=8192", "--json")  # fmt: skip
+    assert code == 0, err
+    assert json.loads(out)["checkpoint"]["total_bytes"] == 8 * 4 * 2
+    code, out, err = run("profiles", "new", "d", "--model-config", str(model), "--gpu", "h100",
+                         "--gpus", "1")  # fmt: skip
+    assert code == 0, err
+    assert yaml.safe_load(out)["model"]["path"] == str(model)
+    assert "Llama-3.1-8B-Instruct/config.json" in yaml.safe_load(out)["description"]

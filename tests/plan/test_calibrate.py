@@ -153,3 +153,16 @@ def test_calibrate_refuses_what_it_must_not_write(
                        "--calibrate-from-log", str(log))  # fmt: skip
     assert code == 2
     assert "writes into a profile file" in err
+
+
+def test_calibrate_leaves_a_file_that_is_not_a_profile_alone(
+    deployment: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A YAML file that is not a valid profile is refused before anything is written."""
+    _, log = deployment
+    other = tmp_path / "notes.yaml"
+    other.write_text("shopping: [milk, eggs]\n", encoding="utf-8")
+    code, _, err = run("plan", str(other), "--calibrate-from-log", str(log))
+    assert code == 1
+    assert len(err.strip().splitlines()) == 1
+    assert other.read_text(encoding="utf-8") == "shopping: [milk, eggs]\n"
