@@ -219,3 +219,19 @@ def test_a_model_directory_reads_config_and_safetensors_headers(tmp_path: Path) 
     assert code == 0, err
     assert yaml.safe_load(out)["model"]["path"] == str(model)
     assert "Llama-3.1-8B-Instruct/config.json" in yaml.safe_load(out)["description"]
+
+
+def test_set_values_shape_the_defaults(llama: Path) -> None:
+    """--set PP fills TP from --gpus, chunked prefill off raises the token budget to
+    max_model_len, and online --quantization fp8 plans fp8 weights."""
+    code, out, err = run(
+        "profiles", "new", "t", "--model-config", str(llama), "--gpu", "h100", "--gpus", "8",
+        "--set", "pipeline_parallel_size=2", "--set", "enable_chunked_prefill=false",
+        "--set", "max_model_len=32768", "--set", "quantization=fp8",
+    )  # fmt: skip
+    assert code == 0, err
+    document = yaml.safe_load(out)
+    args = document["serve_args"]
+    assert (args["tensor_parallel_size"], args["pipeline_parallel_size"]) == (4, 2)
+    assert args["max_num_batched_tokens"] == 32768
+    assert document["model"]["quantization"] == "fp8"

@@ -20,8 +20,8 @@ pull requests that changed them):
 - The memory total is NVML's (vllm/platforms/cuda.py `NvmlCudaPlatform`), i.e.
   nvidia-smi's figure. NVML reports none on a unified-memory GB10, the query raises and
   vLLM falls back to the small tier (its 0.13 log prints max_num_batched_tokens=2048).
-- With chunked prefill (the V1 default) the token budget is capped at max_num_seqs x
-  max_model_len, and max_num_seqs at the token budget.
+- The token budget is capped at max_num_seqs x max_model_len (raised to max_model_len
+  first when chunked prefill is off), and max_num_seqs at the token budget.
 - gpu_memory_utilization: 0.9, and 0.92 from v0.25.0 (vllm/config/cache.py of v0.25.0 and
   v0.32.0; the change lies between v0.19.0 and v0.25.0, v0.20-v0.24 are taken as 0.9).
 - max_model_len: the smallest of the text config's length keys (vllm
@@ -207,10 +207,13 @@ def fill_serve_defaults(
     seqs_set, tokens_set = "max_num_seqs" in args, "max_num_batched_tokens" in args
     seqs = args.get("max_num_seqs", batch.max_num_seqs)
     if not tokens_set and isinstance(seqs, int) and isinstance(length, int):
-        args["max_num_batched_tokens"] = min(batch.max_num_batched_tokens, seqs * length)
+        tokens, cap = batch.max_num_batched_tokens, "at most max_num_seqs x max_model_len"
+        if args.get("enable_chunked_prefill") is False:  # a whole prompt in one step
+            tokens, cap = max(tokens, length), "at least max_model_len without chunked prefill"
+        args["max_num_batched_tokens"] = min(tokens, seqs * length)
         sources.append(
             f"max_num_batched_tokens {args['max_num_batched_tokens']}: vLLM default "
-            f"({batch.reason}; at most max_num_seqs x max_model_len)"
+            f"({batch.reason}; {cap})"
         )
     if not seqs_set:
         budget = args["max_num_batched_tokens"]
