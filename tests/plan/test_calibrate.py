@@ -85,12 +85,19 @@ def test_attribution_sums_to_the_kv_gap_and_names_the_biggest(
 
 
 def test_plan_from_log_prints_the_explaining_term(deployment: tuple[Path, Path]) -> None:
-    """plan --from-log says which term explains the KV difference."""
+    """plan --from-log says which term explains the KV difference (and --json's
+    from_log.explained holds the shares)."""
     profile, log = deployment
     code, out, err = run("plan", str(profile), "--from-log", str(log))
     assert code == 0, err
     assert "planned vs logged = " in out
     assert "the biggest: " in out
+    code, out, err = run("plan", str(profile), "--from-log", str(log), "--json")
+    assert code == 0, err
+    explained = json.loads(out)["from_log"]["explained"]
+    assert explained["biggest"] == explained["terms"][0]["term"]
+    shares = sum(t["gib"] for t in explained["terms"])
+    assert shares == pytest.approx(explained["kv_gap_gib"], abs=0.005)
 
 
 def test_measured_overhead_is_requested_minus_weights_minus_kv(

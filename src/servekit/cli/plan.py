@@ -88,17 +88,18 @@ def plan_command(
         click.echo(f"wrote measured overheads for {inputs.gpu.name} into {written.name}", err=True)
     rows = reconcile(plan, figures) if figures else None
     failures = figures.failures if figures else ()
+    explained = attribute_kv(plan, figures) if figures else None
     if as_json:
         document = plan_to_json(plan)
         if rows is not None:
-            document = document.model_copy(update={"from_log": reconcile_to_json(rows, failures)})
+            logged = reconcile_to_json(rows, failures, explained)
+            document = document.model_copy(update={"from_log": logged})
         if checkpoint is not None:
             block = CheckpointBlock(total_bytes=checkpoint.total_bytes,
                                     group_bytes=checkpoint.group_bytes)  # fmt: skip
             document = document.model_copy(update={"checkpoint": block})
         emit_json(document.as_json())
     else:
-        explained = attribute_kv(plan, figures) if figures else None
         view = plan_view(plan, rows, failures, checkpoint, explained, measured)
         stdout_console().print(view)
     if not plan.fits:

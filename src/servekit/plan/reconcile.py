@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from servekit.plan.fit import MemoryPlan
 from servekit.plan.startup_log import LogFailure, StartupFigures
-from servekit.results.plan import FromLog, LoggedFailure, LoggedFigure
+from servekit.results.plan import FromLog, KvExplained, KvTermShare, LoggedFailure, LoggedFigure
 from servekit.units import to_gib
 
 
@@ -51,9 +51,15 @@ def reconcile(plan: MemoryPlan, figures: StartupFigures) -> list[ReconcileRow]:
     ]
 
 
-def reconcile_to_json(rows: list[ReconcileRow], failures: tuple[LogFailure, ...] = ()) -> FromLog:
-    """The comparison as plan --json's `from_log`: rounded figures and the log's failures."""
+def reconcile_to_json(
+    rows: list[ReconcileRow],
+    failures: tuple[LogFailure, ...] = (),
+    explained: KvAttribution | None = None,
+) -> FromLog:
+    """The comparison as plan --json's `from_log`: rounded figures, the log's failures and
+    the terms that explain the KV difference."""
     return FromLog(
+        explained=None if explained is None else _explained_json(explained),
         figures=[
             LoggedFigure(
                 name=r.name,
@@ -152,3 +158,15 @@ def attribution_lines(attribution: KvAttribution) -> list[str]:
             f"logged memory / tokens ({size_pct:+.1f}%; blocks and hybrid KV groups)"
         )
     return lines
+
+
+def _explained_json(a: KvAttribution) -> KvExplained:
+    return KvExplained(
+        kv_gap_gib=round(a.kv_gap_gib, 3),
+        terms=[KvTermShare(term=name, gib=round(share, 3)) for name, share in a.terms],
+        biggest=a.biggest,
+        tokens_gap_pct=None if a.tokens_gap_pct is None else round(a.tokens_gap_pct, 2),
+        bytes_per_token_logged=(
+            None if a.bytes_per_token_logged is None else round(a.bytes_per_token_logged, 1)
+        ),
+    )
