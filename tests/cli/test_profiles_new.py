@@ -167,6 +167,7 @@ def test_unknown_model_type_is_one_line(llama: Path, monkeypatch: pytest.MonkeyP
         (["--gpu", "h100", "--gpus", "1", "--set", "gpu_memory_utilization=2"], "outside (0, 1]"),
         (["--gpu", "h100", "--gpus", "1", "--engine-version", "9.0.0"], "newer than"),
         (["--gpu", "h100"], "needs --gpu and --gpus"),
+        (["--gpu", "h100", "--gpus", "1", "--set", "max_model_len"], "is not key=value"),
     ],
 )
 def test_bad_input_is_one_line(llama: Path, args: list[str], needle: str) -> None:
@@ -235,3 +236,10 @@ def test_set_values_shape_the_defaults(llama: Path) -> None:
     assert (args["tensor_parallel_size"], args["pipeline_parallel_size"]) == (4, 2)
     assert args["max_num_batched_tokens"] == 32768
     assert document["model"]["quantization"] == "fp8"
+
+
+def test_a_name_that_cannot_be_a_file_is_refused(llama: Path) -> None:
+    """NAME must be a profile (file) name: one line with a safe suggestion."""
+    code, _, err = run("profiles", "new", "my model", "--model-config", str(llama),
+                       "--gpu", "h100", "--gpus", "1")  # fmt: skip
+    assert "use e.g. my-model" in _one_line_error(code, err)

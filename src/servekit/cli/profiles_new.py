@@ -11,6 +11,7 @@ from servekit.cli._output import set_option
 from servekit.cli._profile_io import profile_yaml, write_atomically
 from servekit.errors import UsageError
 from servekit.profiles import check_profile_output
+from servekit.profiles.schema import profile_name_problem, safe_profile_name
 
 
 @click.command("new")
@@ -40,6 +41,9 @@ def new_command(
     """
     if model_config is None:
         raise UsageError("profiles new needs --model-config PATH", fix="give a config.json")
+    if (problem := profile_name_problem(name)) is not None:
+        raise UsageError(f"NAME {name!r} is not a profile name: {problem}",
+                         fix=f"use e.g. {safe_profile_name(name)}")  # fmt: skip
     if output is not None:
         check_profile_output(output)
         if output.stem != name:

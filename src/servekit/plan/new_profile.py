@@ -124,6 +124,8 @@ def derived_max_model_len(config: Mapping[str, Any]) -> tuple[int, str]:
         if kind not in _PRESCALED_ROPE and isinstance(factor, int | float) and factor > 0:
             length *= factor
             note += f" x rope_scaling factor {factor} ({kind})"
+        elif kind in _PRESCALED_ROPE:
+            note += f" ({kind} RoPE: already the scaled length)"
     return int(length), f"max_model_len {int(length)}: {note} (vLLM's default when unset)"
 
 
