@@ -366,6 +366,8 @@ class GpuSpec:
     fp8: bool
     bf16_dense_tflops: float
     sources: tuple[str, ...] = field(default=())
+    device_name: str = ""  # the name NVML and torch report, e.g. "NVIDIA H100 80GB HBM3"
+    unified_memory: bool = False  # CPU and GPU share one memory (GB10): NVML reports no total
 
     @property
     def sm(self) -> int:

@@ -29,6 +29,7 @@ __all__ = [
     "Accounting",
     "accounting_for",
     "parse_release",
+    "release_or_zero",
 ]
 
 ESTIMATE_CUDAGRAPHS_ENV = "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS"
@@ -263,6 +264,11 @@ def parse_release(version: str | None) -> Release | None:
         return None
     major, minor, patch = (int(part) if part else 0 for part in m.groups())
     return major, minor, patch
+
+
+def release_or_zero(version: str | None) -> Release:
+    """`parse_release`, with (0, 0, 0) for a string that names no release (for ordering)."""
+    return parse_release(version) or (0, 0, 0)
 
 
 def accounting_for(version: str | None, env: Mapping[str, str]) -> Accounting:
