@@ -14,12 +14,14 @@ communicator for the tensor-parallel group: vLLM gathers the logits with
 `tensor_model_parallel_all_gather`, which up to v0.21.0 reaches
 base_device_communicator.py all_gather, i.e. torch.distributed.all_gather_into_tensor on
 the device group; init_process_group is called without device_id (parallel_state.py), so
-PyTorch creates that NCCL communicator at its first collective, the profiling run's
-dummy sampler. Its size (NCCL's per-channel connection buffers: NCCL_BUFFSIZE 4 MiB for
-SIMPLE plus the LL and LL128 FIFOs, times the channels NCCL's topology search chooses) is
-not derivable without the machine's topology, so the plan does not add it: it warns,
-quoting the public measurement below. Pipeline parallelism's send/recv uses PyNccl,
-created at init, and the profiling run sends nothing, so it adds no such term. NVLS
+PyTorch creates that NCCL communicator at its first collective ("the normal lazy call"
+of ncclCommInit*, torch/distributed/distributed_c10d.py init_process_group docstring),
+the profiling run's dummy sampler. Its size (NCCL's per-channel connection buffers:
+NCCL_BUFFSIZE 4 MiB for SIMPLE plus the LL and LL128 FIFOs, times the channels NCCL's
+topology search chooses) is not derivable without the machine's topology, so the plan
+does not add it: it warns, quoting the public measurement below. Pipeline parallelism's
+send/recv uses PyNccl, created at init, and the profiling run sends nothing, so it adds no
+such term. NVLS
 multicast buffers are not the cause at TP2: NCCL turns NVLS off for two GPUs or fewer
 (src/transport/nvls.cc ncclNvlsInit, NCCL 2.27).
 """
