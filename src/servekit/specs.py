@@ -64,6 +64,8 @@ class MoeSpec:
     # after the leading dense layers, every layer_step-th layer is MoE and the others dense
     # (Llama 4's interleave_moe_layer_step, Qwen2-MoE's decoder_sparse_step)
     layer_step: Annotated[int, Gt(0), Le(MAX_LAYERS)] = 1
+    # each routed expert has gate/up and down biases (gpt-oss: FusedMoE(has_bias=True))
+    expert_bias: bool = False
 
 
 @dataclass(frozen=True, slots=True)

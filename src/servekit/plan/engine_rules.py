@@ -85,6 +85,12 @@ class Accounting:
         concurrency_whole_blocks: "Maximum concurrency" is blocks over blocks per request
             (V1); V0 prints blocks x block_size / max_model_len.
         kv_budget_line: the wording of the log line that reports the KV budget.
+        mxfp4_triton: vLLM ships OpenAI's triton_kernels (vllm/third_party/triton_kernels),
+            so MXFP4 MoE layers on sm90 to sm10x without FlashInfer run its Triton
+            matmul_ogs kernel rather than Marlin (see plan/quantization.py mxfp4_moe_backend).
+        lazy_tp_communicator: PyTorch's NCCL communicator of the tensor-parallel group is
+            created at the profiling run's first all-gather (the logits), after the memory
+            snapshot, so its buffers are non-torch growth inside the budget (plan/comm_memory.py).
         assumption: what was assumed to choose these rules (missing, unparsable, older or
             newer version than checked, an env setting the release ignores); None if nothing.
         sources: the vLLM source each applied rule was read from.
@@ -105,6 +111,8 @@ class Accounting:
     kv_budget_line: str
     assumption: str | None = None
     sources: tuple[str, ...] = ()
+    mxfp4_triton: bool = False
+    lazy_tp_communicator: bool = False
 
     @property
     def version(self) -> str:
@@ -179,6 +187,21 @@ _V1_RULES: tuple[_Rule, ...] = (
         "before the MemorySnapshot (after it up to v0.10.1)",
     ),
     _Rule(
+        (0, 11, 0),
+        {"lazy_tp_communicator": True},
+        "v0.11.0 distributed/device_communicators/base_device_communicator.py all_gather: "
+        "torch.distributed.all_gather_into_tensor on the device group, whose NCCL communicator "
+        "PyTorch creates at first use (parallel_state.py init_process_group has no device_id)",
+    ),
+    _Rule(
+        (0, 12, 0),
+        {"mxfp4_triton": True},
+        "v0.12.0 model_executor/layers/quantization/mxfp4.py get_mxfp4_backend: Triton when "
+        "has_triton_kernels() and sm90 <= capability < sm110, and vllm/third_party/"
+        "triton_kernels ships from this release (v0.10.1 and v0.11.0 need it installed apart, "
+        "else Marlin)",
+    ),
+    _Rule(
         (0, 12, 0),
         {"sampler_kernel": "sort"},
         "v0.12.0 v1/sample/ops/topk_topp_sampler.py: FlashInfer sampler only with "
@@ -206,6 +229,12 @@ _V1_RULES: tuple[_Rule, ...] = (
         (0, 21, 0),
         {"sampler_kernel": "flashinfer"},
         "v0.21.0 envs.py VLLM_USE_FLASHINFER_SAMPLER default True (where supported)",
+    ),
+    _Rule(
+        (0, 25, 0),
+        {"lazy_tp_communicator": False},
+        "v0.25.1 distributed/device_communicators/cuda_communicator.py all_gather: through "
+        "PyNccl, connected at init (v0.21.0 still used the base class; 0.22 to 0.24 unchecked)",
     ),
     _Rule(
         (0, 27, 0),
