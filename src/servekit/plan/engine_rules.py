@@ -50,8 +50,9 @@ NonKvMeasure = Literal["device_used", "increase_since_init", "free_delta"]
 # - sort: PyTorch sort (float32 sorted logits, int64 indices, softmax, cumulative sum);
 # - triton: vLLM's Triton kernel for batches of 8 rows or more, PyTorch sort below;
 # - flashinfer: FlashInfer's sorting-free sampler when it is installed and supported,
-#   otherwise sort (earlier) or triton (later).
-SamplerKernel = Literal["sort", "triton", "flashinfer"]
+#   otherwise sort (earlier) or triton (later);
+# - flashinfer_probs: the same from float32 probabilities vLLM computes first (0.8.x).
+SamplerKernel = Literal["sort", "triton", "flashinfer", "flashinfer_probs"]
 
 NEWEST_KNOWN: Release = (0, 32, 0)
 """The newest release whose source these rules were checked against."""
@@ -78,6 +79,8 @@ class Accounting:
             graphs whenever they will be captured, whether or not the estimate is applied).
         sampler_in_profile: the sampler's dummy run is inside the profiled peak.
         sampler_kernel: the top-k/top-p implementation the dummy sampler runs.
+        moe_workspace_persists: unquantized fused-MoE layers take their intermediate caches
+            from vLLM's persistent workspace, so they stay allocated through the sampler.
         profile_compiled: the profiling forward pass runs the torch.compile'd model (V1,
             piecewise graphs run without CUDA graphs) rather than eager PyTorch (V0); V1 with
             enforce_eager runs eager too (see `profiles_compiled`).
@@ -109,6 +112,7 @@ class Accounting:
     weights_include_draft: bool
     concurrency_whole_blocks: bool
     kv_budget_line: str
+    moe_workspace_persists: bool = False
     assumption: str | None = None
     sources: tuple[str, ...] = ()
     mxfp4_triton: bool = False
@@ -155,7 +159,7 @@ _V1_BASE = Accounting(
     estimate_cudagraphs_default=False,
     prints_graph_estimate=False,
     sampler_in_profile=True,
-    sampler_kernel="flashinfer",
+    sampler_kernel="flashinfer_probs",
     profile_compiled=True,
     weights_include_draft=True,
     concurrency_whole_blocks=True,
@@ -174,6 +178,12 @@ _V1_BASE = Accounting(
 
 # Cumulative: each rule's changes hold from its release on, until a later rule changes them.
 _V1_RULES: tuple[_Rule, ...] = (
+    _Rule(
+        (0, 9, 0),
+        {"sampler_kernel": "flashinfer"},
+        "v0.9.0 v1/sample/ops/topk_topp_sampler.py forward_cuda: FlashInfer samples from the "
+        "float32 logits (top_k_top_p_sampling_from_logits); v0.8.5 from softmax probabilities",
+    ),
     _Rule(
         (0, 9, 1),
         {"non_kv": "increase_since_init"},
@@ -206,6 +216,13 @@ _V1_RULES: tuple[_Rule, ...] = (
         {"sampler_kernel": "sort"},
         "v0.12.0 v1/sample/ops/topk_topp_sampler.py: FlashInfer sampler only with "
         "VLLM_USE_FLASHINFER_SAMPLER=1",
+    ),
+    _Rule(
+        (0, 14, 0),
+        {"moe_workspace_persists": True},
+        "v0.14.0 fused_moe/unquantized_fused_moe_method.py: TritonExperts in the modular kernel, "
+        "whose _allocate_buffers takes current_workspace_manager()'s persistent buffers (v0.13.0 "
+        "calls fused_experts, which allocates and frees its caches per call)",
     ),
     _Rule(
         (0, 17, 0),

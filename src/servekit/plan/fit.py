@@ -220,12 +220,8 @@ def plan_warnings(plan: MemoryPlan) -> list[str]:
             f"{i.gpu.name} (sm{i.gpu.sm}) has no FP8 compute: {scheme.name} weights run "
             "weight-only through Marlin kernels (dequantized to 16-bit in the GEMM)"
         )
-    if plan.activations.mm_encoder_bytes > max(
-        plan.activations.forward_bytes, plan.activations.sampler_bytes
-    ):
-        freed = plan.activations.mm_encoder_bytes - max(
-            plan.activations.forward_bytes, plan.activations.sampler_bytes
-        )
+    if plan.activations.mm_encoder_bytes > plan.activations.text_only_bytes:
+        freed = plan.activations.mm_encoder_bytes - plan.activations.text_only_bytes
         out.append(
             f"multimodal profiling with a {i.max_model_len}-token dummy input reserves "
             f"{to_gib(plan.activations.mm_encoder_bytes):.1f} GiB of activations; for text-only "
