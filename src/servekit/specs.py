@@ -64,6 +64,8 @@ class MoeSpec:
     # after the leading dense layers, every layer_step-th layer is MoE and the others dense
     # (Llama 4's interleave_moe_layer_step, Qwen2-MoE's decoder_sparse_step)
     layer_step: Annotated[int, Gt(0), Le(MAX_LAYERS)] = 1
+    # each routed expert has gate/up and down biases (gpt-oss: FusedMoE(has_bias=True))
+    expert_bias: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -366,6 +368,8 @@ class GpuSpec:
     fp8: bool
     bf16_dense_tflops: float
     sources: tuple[str, ...] = field(default=())
+    device_name: str = ""  # the name NVML and torch report, e.g. "NVIDIA H100 80GB HBM3"
+    unified_memory: bool = False  # CPU and GPU share one memory (GB10): NVML reports no total
 
     @property
     def sm(self) -> int:

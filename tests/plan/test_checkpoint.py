@@ -363,6 +363,7 @@ def test_deepseek_v3_config_gives_mla_and_moe_facts() -> None:
         "shared_expert_intermediate_size": None,
         "first_dense_layers": 3,
         "layer_step": 1,
+        "expert_bias": False,
     }
     assert facts.intermediate_size == 18432
 

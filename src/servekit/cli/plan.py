@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from servekit.cli._log_file import log_line_batches
+from servekit.cli._model_profile import model_profile_options
 from servekit.cli._output import (
     emit_json,
     json_option,
@@ -14,29 +14,32 @@ from servekit.cli._output import (
     set_option,
     stdout_console,
 )
+from servekit.cli._plan_source import calibrate_profile, plan_profile, read_figures
 from servekit.cli._values import FiniteFloat
-from servekit.errors import PlanError, StartupLogError
+from servekit.errors import PlanError
 from servekit.hardware import lookup_gpu
 from servekit.plan import make_plan, plan_inputs, plan_to_json
+from servekit.plan.calibrate import calibrated_non_torch, calibration_for
 from servekit.plan.checkpoint import architecture_from_config, read_checkpoint
 from servekit.plan.fit import NON_TORCH_INCREASE_BYTES, misfit_parts
-from servekit.plan.reconcile import reconcile, reconcile_to_json
-from servekit.plan.startup_log import LogFailure, StartupLogScanner
-from servekit.profiles import load_profile
+from servekit.plan.reconcile import attribute_kv, reconcile, reconcile_to_json
 from servekit.report.plan_view import plan_view
 from servekit.results.plan import CheckpointBlock
 from servekit.units import GIB
 
 MAX_NON_TORCH_GIB = 1024.0
+_LOG = click.Path(exists=True, dir_okay=False, path_type=Path)
 
 
 @click.command("plan")
-@click.argument("profile")
+@click.argument("profile", required=False)
+@model_profile_options
 @set_option
+@click.option("--from-log", type=_LOG, help="A vLLM startup log: planned versus actual.")
 @click.option(
-    "--from-log",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="A vLLM startup log: show planned versus actual side by side.",
+    "--calibrate-from-log",
+    type=_LOG,
+    help="Write the log's measured overheads into PROFILE's file for its GPU and version.",
 )
 @click.option(
     "--model-dir",
@@ -48,51 +51,57 @@ MAX_NON_TORCH_GIB = 1024.0
     type=FiniteFloat(min=0, max=MAX_NON_TORCH_GIB),
     default=NON_TORCH_INCREASE_BYTES / GIB,
     show_default=True,
-    help="Non-torch memory vLLM's profiling adds per GPU.",
+    help="Non-torch memory vLLM's profiling adds per GPU (unless the profile has a measured one).",
 )
 @profiles_dir_option
 @json_option
 def plan_command(
-    profile: str,
+    profile: str | None,
+    model_config: Path | None,
+    gpu: str | None,
+    gpus: int | None,
+    engine_version: str,
     overrides: tuple[str, ...],
     from_log: Path | None,
+    calibrate_from_log: Path | None,
     model_dir: Path | None,
     non_torch_gib: float,
     profiles_dirs: tuple[str, ...],
     as_json: bool,
 ) -> None:
-    """Plan per-GPU memory: weights, activations, CUDA graphs, KV cache and capacity."""
-    prof = load_profile(profile, extra_dirs=profiles_dirs, overrides=overrides)
-    checkpoint = read_checkpoint(model_dir) if model_dir else None
-    arch = architecture_from_config(checkpoint.config) if checkpoint else None
-    plan = make_plan(
-        plan_inputs(prof, lookup_gpu(prof.hardware.gpu), arch), non_torch_bytes=non_torch_gib * GIB
-    )
-    rows = None
-    failures: tuple[LogFailure, ...] = ()
-    if from_log is not None:
-        scanner = StartupLogScanner()
-        for lines in log_line_batches(from_log):
-            scanner.feed(lines)
-        figures = scanner.finish()
-        if not figures.found_any:
-            raise StartupLogError(
-                f"{from_log} holds no vLLM startup figures",
-                fix="pass the engine's full startup log",
-            )
-        rows = reconcile(plan, figures)
-        failures = figures.failures
+    """Plan per-GPU memory: weights, activations, CUDA graphs, KV cache and capacity.
+
+    Plan PROFILE, or a model straight from --model-config PATH --gpu GPU --gpus N.
+    """
+    args = (profile, model_config, gpu, gpus, engine_version, overrides, profiles_dirs)
+    prof, checkpoint = plan_profile(*args)
+    checkpoint = read_checkpoint(model_dir) if model_dir else checkpoint
+    arch = architecture_from_config(checkpoint.config) if model_dir and checkpoint else None
+    inputs = plan_inputs(prof, lookup_gpu(prof.hardware.gpu), arch)
+    measured = calibration_for(prof, inputs.gpu.name)
+    non_torch = calibrated_non_torch(measured, inputs) if measured else non_torch_gib * GIB
+    plan = make_plan(inputs, non_torch_bytes=non_torch)
+    log = from_log or calibrate_from_log
+    figures = read_figures(log) if log else None
+    if calibrate_from_log is not None and figures is not None:
+        written = calibrate_profile(profile, profiles_dirs, plan, prof, figures, calibrate_from_log)
+        click.echo(f"wrote measured overheads for {inputs.gpu.name} into {written.name}", err=True)
+    rows = reconcile(plan, figures) if figures else None
+    failures = figures.failures if figures else ()
+    explained = attribute_kv(plan, figures) if figures else None
     if as_json:
         document = plan_to_json(plan)
         if rows is not None:
-            document = document.model_copy(update={"from_log": reconcile_to_json(rows, failures)})
+            logged = reconcile_to_json(rows, failures, explained)
+            document = document.model_copy(update={"from_log": logged})
         if checkpoint is not None:
             block = CheckpointBlock(total_bytes=checkpoint.total_bytes,
                                     group_bytes=checkpoint.group_bytes)  # fmt: skip
             document = document.model_copy(update={"checkpoint": block})
         emit_json(document.as_json())
     else:
-        stdout_console().print(plan_view(plan, rows, failures, checkpoint))
+        view = plan_view(plan, rows, failures, checkpoint, explained, measured)
+        stdout_console().print(view)
     if not plan.fits:
         message, fix = misfit_parts(plan)
         raise PlanError(message, fix=fix)

@@ -14,6 +14,7 @@ from servekit.cli._output import (
     set_option,
     stdout_console,
 )
+from servekit.cli.profiles_new import new_command
 from servekit.errors import ServekitError
 from servekit.profiles import available_profiles, load_profile
 from servekit.render import container_image
@@ -21,7 +22,10 @@ from servekit.render import container_image
 
 @click.group("profiles")
 def profiles_group() -> None:
-    """List and show deployment profiles (built-in and user YAML files)."""
+    """List, show and create deployment profiles (built-in and user YAML files)."""
+
+
+profiles_group.add_command(new_command)
 
 
 @profiles_group.command("list")
@@ -74,3 +78,29 @@ def show_command(
         emit_json(document)
         return
     click.echo(yaml.safe_dump(document, sort_keys=False, allow_unicode=True), nl=False)
+
+
+@profiles_group.command("gpus")
+@json_option
+def gpus_command(as_json: bool) -> None:
+    """List the GPU catalog: names, the aliases that find them, memory vLLM budgets from."""
+    from servekit.hardware import load_catalog
+    from servekit.hardware.catalog import gpu_aliases
+
+    aliases = gpu_aliases()
+    rows: list[dict[str, object]] = [
+        {"name": g.name, "device_name": g.device_name, "memory_mib": g.memory_mib,
+         "cuda_visible_mib": g.cuda_visible_mib, "unified_memory": g.unified_memory,
+         "aliases": aliases[g.name]}
+        for g in sorted(load_catalog().values(), key=lambda g: g.name)
+    ]  # fmt: skip
+    if as_json:
+        emit_json({"gpus": rows})
+        return
+    table = Table(
+        "name", "nvidia-smi MiB", "CUDA total MiB", "finds it (case, -, _, space ignored)"
+    )
+    for r in rows:
+        table.add_row(str(r["name"]), str(r["memory_mib"]), str(r["cuda_visible_mib"]),
+                      escape(", ".join(aliases[str(r["name"])])))  # fmt: skip
+    stdout_console().print(table)

@@ -29,6 +29,7 @@ __all__ = [
     "Accounting",
     "accounting_for",
     "parse_release",
+    "release_or_zero",
 ]
 
 ESTIMATE_CUDAGRAPHS_ENV = "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS"
@@ -49,8 +50,9 @@ NonKvMeasure = Literal["device_used", "increase_since_init", "free_delta"]
 # - sort: PyTorch sort (float32 sorted logits, int64 indices, softmax, cumulative sum);
 # - triton: vLLM's Triton kernel for batches of 8 rows or more, PyTorch sort below;
 # - flashinfer: FlashInfer's sorting-free sampler when it is installed and supported,
-#   otherwise sort (earlier) or triton (later).
-SamplerKernel = Literal["sort", "triton", "flashinfer"]
+#   otherwise sort (earlier) or triton (later);
+# - flashinfer_probs: the same from float32 probabilities vLLM computes first (0.8.x).
+SamplerKernel = Literal["sort", "triton", "flashinfer", "flashinfer_probs"]
 
 NEWEST_KNOWN: Release = (0, 32, 0)
 """The newest release whose source these rules were checked against."""
@@ -77,6 +79,8 @@ class Accounting:
             graphs whenever they will be captured, whether or not the estimate is applied).
         sampler_in_profile: the sampler's dummy run is inside the profiled peak.
         sampler_kernel: the top-k/top-p implementation the dummy sampler runs.
+        moe_workspace_persists: unquantized fused-MoE layers take their intermediate caches
+            from vLLM's persistent workspace, so they stay allocated through the sampler.
         profile_compiled: the profiling forward pass runs the torch.compile'd model (V1,
             piecewise graphs run without CUDA graphs) rather than eager PyTorch (V0); V1 with
             enforce_eager runs eager too (see `profiles_compiled`).
@@ -84,6 +88,12 @@ class Accounting:
         concurrency_whole_blocks: "Maximum concurrency" is blocks over blocks per request
             (V1); V0 prints blocks x block_size / max_model_len.
         kv_budget_line: the wording of the log line that reports the KV budget.
+        mxfp4_triton: vLLM ships OpenAI's triton_kernels (vllm/third_party/triton_kernels),
+            so MXFP4 MoE layers on sm90 to sm10x without FlashInfer run its Triton
+            matmul_ogs kernel rather than Marlin (see plan/quantization.py mxfp4_moe_backend).
+        lazy_tp_communicator: PyTorch's NCCL communicator of the tensor-parallel group is
+            created at the profiling run's first all-gather (the logits), after the memory
+            snapshot, so its buffers are non-torch growth inside the budget (plan/comm_memory.py).
         assumption: what was assumed to choose these rules (missing, unparsable, older or
             newer version than checked, an env setting the release ignores); None if nothing.
         sources: the vLLM source each applied rule was read from.
@@ -102,8 +112,11 @@ class Accounting:
     weights_include_draft: bool
     concurrency_whole_blocks: bool
     kv_budget_line: str
+    moe_workspace_persists: bool = False
     assumption: str | None = None
     sources: tuple[str, ...] = ()
+    mxfp4_triton: bool = False
+    lazy_tp_communicator: bool = False
 
     @property
     def version(self) -> str:
@@ -146,7 +159,7 @@ _V1_BASE = Accounting(
     estimate_cudagraphs_default=False,
     prints_graph_estimate=False,
     sampler_in_profile=True,
-    sampler_kernel="flashinfer",
+    sampler_kernel="flashinfer_probs",
     profile_compiled=True,
     weights_include_draft=True,
     concurrency_whole_blocks=True,
@@ -166,6 +179,12 @@ _V1_BASE = Accounting(
 # Cumulative: each rule's changes hold from its release on, until a later rule changes them.
 _V1_RULES: tuple[_Rule, ...] = (
     _Rule(
+        (0, 9, 0),
+        {"sampler_kernel": "flashinfer"},
+        "v0.9.0 v1/sample/ops/topk_topp_sampler.py forward_cuda: FlashInfer samples from the "
+        "float32 logits (top_k_top_p_sampling_from_logits); v0.8.5 from softmax probabilities",
+    ),
+    _Rule(
         (0, 9, 1),
         {"non_kv": "increase_since_init"},
         "v0.9.1 v1/worker/gpu_worker.py determine_available_memory: memory_profiling from the "
@@ -178,10 +197,32 @@ _V1_RULES: tuple[_Rule, ...] = (
         "before the MemorySnapshot (after it up to v0.10.1)",
     ),
     _Rule(
+        (0, 11, 0),
+        {"lazy_tp_communicator": True},
+        "v0.11.0 distributed/device_communicators/base_device_communicator.py all_gather: "
+        "torch.distributed.all_gather_into_tensor on the device group, whose NCCL communicator "
+        "PyTorch creates at first use (parallel_state.py init_process_group has no device_id)",
+    ),
+    _Rule(
+        (0, 12, 0),
+        {"mxfp4_triton": True},
+        "v0.12.0 model_executor/layers/quantization/mxfp4.py get_mxfp4_backend: Triton when "
+        "has_triton_kernels() and sm90 <= capability < sm110, and vllm/third_party/"
+        "triton_kernels ships from this release (v0.10.1 and v0.11.0 need it installed apart, "
+        "else Marlin)",
+    ),
+    _Rule(
         (0, 12, 0),
         {"sampler_kernel": "sort"},
         "v0.12.0 v1/sample/ops/topk_topp_sampler.py: FlashInfer sampler only with "
         "VLLM_USE_FLASHINFER_SAMPLER=1",
+    ),
+    _Rule(
+        (0, 14, 0),
+        {"moe_workspace_persists": True},
+        "v0.14.0 fused_moe/unquantized_fused_moe_method.py: TritonExperts in the modular kernel, "
+        "whose _allocate_buffers takes current_workspace_manager()'s persistent buffers (v0.13.0 "
+        "calls fused_experts, which allocates and frees its caches per call)",
     ),
     _Rule(
         (0, 17, 0),
@@ -205,6 +246,12 @@ _V1_RULES: tuple[_Rule, ...] = (
         (0, 21, 0),
         {"sampler_kernel": "flashinfer"},
         "v0.21.0 envs.py VLLM_USE_FLASHINFER_SAMPLER default True (where supported)",
+    ),
+    _Rule(
+        (0, 25, 0),
+        {"lazy_tp_communicator": False},
+        "v0.25.1 distributed/device_communicators/cuda_communicator.py all_gather: through "
+        "PyNccl, connected at init (v0.21.0 still used the base class; 0.22 to 0.24 unchecked)",
     ),
     _Rule(
         (0, 27, 0),
@@ -263,6 +310,11 @@ def parse_release(version: str | None) -> Release | None:
         return None
     major, minor, patch = (int(part) if part else 0 for part in m.groups())
     return major, minor, patch
+
+
+def release_or_zero(version: str | None) -> Release:
+    """`parse_release`, with (0, 0, 0) for a string that names no release (for ordering)."""
+    return parse_release(version) or (0, 0, 0)
 
 
 def accounting_for(version: str | None, env: Mapping[str, str]) -> Accounting:

@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass
 
 from servekit.plan.activations import ActivationPeak, activation_peak
+from servekit.plan.comm_memory import comm_memory_warnings
 from servekit.plan.cuda_graphs import GraphPlan, graph_plan
 from servekit.plan.inputs import PlanInputs
 from servekit.plan.kv_cache import KvLayout, KvTerm, kv_layout, kv_terms
@@ -35,8 +36,9 @@ from servekit.results.plan import (
 from servekit.units import GIB, MIB, to_gib
 
 # Growth of non-torch device memory during vLLM's profiling run (cuBLAS/Triton
-# workspaces, lazily created communicator buffers): vLLM's own profiling report
-# example shows "non-torch forward increase memory: 0.25GiB".
+# workspaces): vLLM's own profiling report example shows "non-torch forward increase
+# memory: 0.25GiB". Communicators created inside the budget are warned about, not planned
+# (plan/comm_memory.py).
 NON_TORCH_INCREASE_BYTES = 0.25 * GIB
 # A request context length typical of chat and agent traffic, used to judge max_num_seqs.
 TYPICAL_CONTEXT_TOKENS = 8192
@@ -218,12 +220,8 @@ def plan_warnings(plan: MemoryPlan) -> list[str]:
             f"{i.gpu.name} (sm{i.gpu.sm}) has no FP8 compute: {scheme.name} weights run "
             "weight-only through Marlin kernels (dequantized to 16-bit in the GEMM)"
         )
-    if plan.activations.mm_encoder_bytes > max(
-        plan.activations.forward_bytes, plan.activations.sampler_bytes
-    ):
-        freed = plan.activations.mm_encoder_bytes - max(
-            plan.activations.forward_bytes, plan.activations.sampler_bytes
-        )
+    if plan.activations.mm_encoder_bytes > plan.activations.text_only_bytes:
+        freed = plan.activations.mm_encoder_bytes - plan.activations.text_only_bytes
         out.append(
             f"multimodal profiling with a {i.max_model_len}-token dummy input reserves "
             f"{to_gib(plan.activations.mm_encoder_bytes):.1f} GiB of activations; for text-only "
@@ -249,6 +247,7 @@ def _accounting_warnings(i: PlanInputs) -> list[str]:
             f"vLLM {rules.version} creates NCCL communicators and all-reduce buffers after its "
             "memory snapshot, so they count in the KV budget; not planned: expect less KV cache"
         )
+    out += comm_memory_warnings(i)
     if i.draft is not None and not rules.weights_include_draft:
         out.append(
             "V0 profiles the target model's worker alone: the draft model's weights are outside "

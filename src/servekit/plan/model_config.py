@@ -648,6 +648,8 @@ def _gpt_oss(k: _Keys) -> Facts:
     else:
         how += f"; {where} says {stated}, which vLLM does not follow)"
     _sliding(k, facts, n, how)
+    facts["moe"]["expert_bias"] = True
+    k.note("moe.expert_bias: gpt_oss (vLLM gpt_oss.py MLPBlock: FusedMoE(has_bias=True))")
     facts["attention_sinks"] = True
     k.note("attention_sinks: gpt_oss (one learned sink per head, vLLM gpt_oss.py)")
     return facts

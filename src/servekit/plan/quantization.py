@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Literal
 
 from servekit.errors import ConfigError
 
@@ -63,10 +64,10 @@ SCHEMES: dict[str, QuantScheme] = {
         QuantScheme(
             "mxfp8", 8, scale_bytes=1, group_size=32, needs_fp8_compute=True, marlin_scale_bytes=2
         ),
-        # OCP microscaling FP4: one E8M0 scale per 32 values.
-        QuantScheme(
-            "mxfp4", 4, scale_bytes=1, group_size=32, needs_fp8_compute=True, marlin_scale_bytes=2
-        ),
+        # OCP microscaling FP4: one E8M0 scale per 32 values. Marlin keeps the scales one
+        # byte wide (marlin_utils_fp4.py mxfp4_marlin_process_scales ends in
+        # float8_e8m0fnu, v0.10.1 and v0.19.0). MoE experts: see `mxfp4_moe_backend`.
+        QuantScheme("mxfp4", 4, scale_bytes=1, group_size=32, needs_fp8_compute=True),
         # NVIDIA FP4: one FP8 scale per 16 values (the per-tensor scale is negligible).
         QuantScheme("nvfp4", 4, scale_bytes=1, group_size=16, needs_fp8_compute=True),
         # INT4 weight-only (GPTQ/AWQ) with a 16-bit scale and a packed 4-bit zero per 128 values.
@@ -80,6 +81,28 @@ SCHEMES: dict[str, QuantScheme] = {
         QuantScheme("int8", 8),
     )
 }
+
+Mxfp4Backend = Literal["marlin", "triton", "flashinfer"]
+# The MXFP4 MoE kernel vLLM picks by compute capability (v0.10.1 quantization/mxfp4.py
+# Mxfp4MoEMethod; v0.12.0 to v0.18.0 get_mxfp4_backend; v0.19.0 fused_moe/oracle/mxfp4.py
+# select_mxfp4_moe_backend): FlashInfer's TRT-LLM kernel on the sm100 family, OpenAI's
+# Triton matmul_ogs on sm90 to sm10x when triton_kernels is present, Marlin otherwise
+# (sm80/sm86/sm89 and sm120 always).
+FLASHINFER_MXFP4_SM = range(100, 110)
+TRITON_MXFP4_SM = range(90, 110)
+
+
+def mxfp4_moe_backend(sm: int, *, triton_kernels: bool) -> Mxfp4Backend:
+    """The MXFP4 MoE kernel vLLM runs on a GPU of compute capability `sm`.
+
+    `triton_kernels`: vLLM ships triton_kernels (from v0.12.0; `Accounting.mxfp4_triton`).
+    """
+    if sm in FLASHINFER_MXFP4_SM:
+        return "flashinfer"
+    if triton_kernels and sm in TRITON_MXFP4_SM:
+        return "triton"
+    return "marlin"
+
 
 # int<bits>[_sym]_g<group>: the grouped integer layouts named in the module docstring.
 _GROUPED_INT = re.compile(r"int(?P<bits>4|8)(?P<sym>_sym)?_g(?P<group>[1-9][0-9]{0,6})")

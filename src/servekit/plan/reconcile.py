@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from servekit.plan.fit import MemoryPlan
 from servekit.plan.startup_log import LogFailure, StartupFigures
-from servekit.results.plan import FromLog, LoggedFailure, LoggedFigure
+from servekit.results.plan import FromLog, KvExplained, KvTermShare, LoggedFailure, LoggedFigure
 from servekit.units import to_gib
 
 
@@ -51,9 +51,15 @@ def reconcile(plan: MemoryPlan, figures: StartupFigures) -> list[ReconcileRow]:
     ]
 
 
-def reconcile_to_json(rows: list[ReconcileRow], failures: tuple[LogFailure, ...] = ()) -> FromLog:
-    """The comparison as plan --json's `from_log`: rounded figures and the log's failures."""
+def reconcile_to_json(
+    rows: list[ReconcileRow],
+    failures: tuple[LogFailure, ...] = (),
+    explained: KvAttribution | None = None,
+) -> FromLog:
+    """The comparison as plan --json's `from_log`: rounded figures, the log's failures and
+    the terms that explain the KV difference."""
     return FromLog(
+        explained=None if explained is None else _explained_json(explained),
         figures=[
             LoggedFigure(
                 name=r.name,
@@ -65,4 +71,102 @@ def reconcile_to_json(rows: list[ReconcileRow], failures: tuple[LogFailure, ...]
             for r in rows
         ],
         failures=[LoggedFailure(kind=f.kind, line=f.line_no, text=f.text) for f in failures],
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class KvAttribution:
+    """Which planned terms explain the planned-minus-logged KV cache memory and tokens.
+
+    KV = requested - weights - (activation peak + non-torch) - (graph estimate when it is
+    in the budget), so the KV gap is exactly minus the sum of the other terms' gaps: each
+    term's share is minus its own planned-minus-logged figure, and activation peak +
+    non-torch (which vLLM prints no line for) is what the others leave.
+
+    Attributes:
+        kv_gap_gib: planned minus logged available KV cache memory.
+        terms: (term, GiB of the KV gap it explains), largest magnitude first.
+        tokens_gap_pct: planned versus logged KV tokens, in percent, when both exist.
+        memory_gap_pct: planned versus logged KV memory, in percent.
+        bytes_per_token_planned: KV bytes per token per GPU in the plan.
+        bytes_per_token_logged: logged KV memory / logged tokens (blocks and hybrid groups
+            make it differ from the plain per-token size).
+    """
+
+    kv_gap_gib: float
+    terms: tuple[tuple[str, float], ...]
+    tokens_gap_pct: float | None
+    memory_gap_pct: float
+    bytes_per_token_planned: int
+    bytes_per_token_logged: float | None
+
+    @property
+    def biggest(self) -> str:
+        """The term that explains most of the KV gap."""
+        return self.terms[0][0]
+
+
+OVERHEAD_TERM = "activation peak + non-torch"
+
+
+def attribute_kv(plan: MemoryPlan, figures: StartupFigures) -> KvAttribution | None:
+    """Attribute the KV gap to the terms whose planned-vs-logged gaps account for it; None
+    when the log has no available-KV line or the plan's KV size is set outright."""
+    logged_kv = figures.available_kv_gib
+    if logged_kv is None or plan.inputs.kv_cache_memory_bytes is not None:
+        return None
+    gap = to_gib(plan.kv_cache_bytes) - logged_kv
+    terms: list[tuple[str, float]] = []
+    utilization = figures.gpu_memory_utilization
+    if utilization is not None and utilization != plan.inputs.gpu_memory_utilization:
+        logged_requested = to_gib(plan.capacity_bytes) * utilization
+        terms.append(
+            ("requested (gpu_memory_utilization)", to_gib(plan.requested_bytes) - logged_requested)
+        )
+    if figures.weights_gib is not None:
+        terms.append(("weights", figures.weights_gib - to_gib(plan.weights.total_bytes)))
+    logged_graphs = figures.estimated_cuda_graph_gib
+    if plan.inputs.estimate_cudagraphs and logged_graphs is not None:
+        terms.append(("CUDA graphs (in budget)", logged_graphs - to_gib(plan.graphs.total_bytes)))
+    terms.append((OVERHEAD_TERM, gap - sum(share for _, share in terms)))
+    terms.sort(key=lambda term: -abs(term[1]))
+    tokens = figures.kv_cache_tokens
+    per_token = (logged_kv * (1 << 30) / tokens) if tokens else None
+    return KvAttribution(
+        kv_gap_gib=gap,
+        terms=tuple(terms),
+        tokens_gap_pct=(plan.kv_cache_tokens / tokens - 1) * 100 if tokens else None,
+        memory_gap_pct=(gap / logged_kv * 100) if logged_kv else 0.0,
+        bytes_per_token_planned=plan.kv_bytes_per_token,
+        bytes_per_token_logged=per_token,
+    )
+
+
+def attribution_lines(attribution: KvAttribution) -> list[str]:
+    """The attribution as sentences for the terminal and Markdown."""
+    a = attribution
+    shares = ", ".join(f"{name} {share:+.2f}" for name, share in a.terms)
+    lines = [
+        f"KV cache {a.kv_gap_gib:+.2f} GiB planned vs logged = {shares} GiB; "
+        f"the biggest: {a.biggest}"
+    ]
+    if a.tokens_gap_pct is not None and a.bytes_per_token_logged:
+        size_pct = (a.bytes_per_token_planned / a.bytes_per_token_logged - 1) * 100
+        lines.append(
+            f"KV tokens {a.tokens_gap_pct:+.1f}%: KV memory {a.memory_gap_pct:+.1f}%, bytes per "
+            f"token {a.bytes_per_token_planned:,} planned vs {a.bytes_per_token_logged:,.0f} "
+            f"logged memory / tokens ({size_pct:+.1f}%; blocks and hybrid KV groups)"
+        )
+    return lines
+
+
+def _explained_json(a: KvAttribution) -> KvExplained:
+    return KvExplained(
+        kv_gap_gib=round(a.kv_gap_gib, 3),
+        terms=[KvTermShare(term=name, gib=round(share, 3)) for name, share in a.terms],
+        biggest=a.biggest,
+        tokens_gap_pct=None if a.tokens_gap_pct is None else round(a.tokens_gap_pct, 2),
+        bytes_per_token_logged=(
+            None if a.bytes_per_token_logged is None else round(a.bytes_per_token_logged, 1)
+        ),
     )

@@ -8,7 +8,8 @@ intermediate size under TP or whole experts per rank under EP.
 
 A checkpoint quantized on its routed experts only (quantized_layers "experts": gpt-oss's
 MXFP4, Kimi-K2's INT4) keeps attention, dense MLPs, shared experts and embeddings in the
-model dtype. MXFP4 experts are padded to the MoE kernel's tile (see `mxfp4_expert_dims`).
+model dtype. MXFP4 experts take the layout of the MoE kernel vLLM picks for the GPU and release
+(see `mxfp4_expert_bytes`).
 """
 
 from __future__ import annotations
@@ -17,20 +18,33 @@ import math
 from dataclasses import dataclass
 
 from servekit.plan.inputs import PlanInputs
-from servekit.plan.quantization import lookup_scheme
+from servekit.plan.quantization import Mxfp4Backend, lookup_scheme, mxfp4_moe_backend
 from servekit.units import dtype_bytes
 
 VOCAB_PADDING = 64  # vLLM pads the vocabulary to a multiple of this before splitting it
-# MXFP4 MoE weights are allocated padded to the kernel's tile (vllm/model_executor/layers/
-# quantization/mxfp4.py, Mxfp4MoEMethod.create_weights, v0.10 to v0.19; in 0.32
-# fused_moe/oracle/mxfp4.py, mxfp4_round_up_hidden_size_and_intermediate_size). GPUs without
-# FP4 tensor cores (before sm100) run them through the Marlin MoE kernel, which needs
-# n % 256 == 0 and k % 128 == 0: the per-rank intermediate size rounds up to 128 and the
-# hidden size to 256. Blackwell's FlashInfer/TRT-LLM kernels round both up to 256.
+# MXFP4 MoE weights are allocated padded to the kernel's tile, then converted to its layout
+# in process_weights_after_loading (vllm/model_executor/layers/quantization/mxfp4.py at
+# v0.10.1 to v0.18.0; v0.19.0 fused_moe/oracle/mxfp4.py mxfp4_round_up_hidden_size_and_
+# intermediate_size and convert_to_mxfp4_moe_kernel_format). "Model loading took" is the
+# torch memory allocated after that conversion (utils/mem_utils.py DeviceMemoryProfiler).
+# - Marlin needs n % 256 == 0 and k % 128 == 0: intermediate to 128, hidden to 256; the
+#   repacked weights keep 4 bits a value, the scales stay 1-byte E8M0
+#   (marlin_utils_fp4.py), the biases are in the model dtype.
+# - Triton (matmul_ogs, Hopper layouts): intermediate to 64, hidden as is; the values are
+#   swizzled with both byte dimensions padded to 64 (triton_kernels tensor_details/layout_
+#   details/hopper_value.py HopperMXValueLayout.swizzle_data), the scales copied into
+#   HopperMXScaleLayout (num_warps 8: the non-K dimension padded to 256, K to 2) while the
+#   loaded uint8 scales stay registered on the layer, and the biases become float32.
+# - FlashInfer TRT-LLM (sm100): both rounded up to 256, scales 1 byte, biases float32.
 MXFP4_MARLIN_INTERMEDIATE_ALIGN = 128
 MXFP4_MARLIN_HIDDEN_ALIGN = 256
 MXFP4_SM100_ALIGN = 256
-FP4_TENSOR_CORES_SINCE_SM = 100
+MXFP4_TRITON_INTERMEDIATE_ALIGN = 64
+HOPPER_VALUE_ALIGN = 64  # HopperMXValueLayout SWIZZLE_ALIGN_M / SWIZZLE_ALIGN_K
+HOPPER_SCALE_ALIGN_M = 2 * 8 * 2 * 8  # HopperMXScaleLayout: 2 x num_warps x 2 x 8
+HOPPER_SCALE_ALIGN_K = 2
+MXFP4_BLOCK = 32  # values per E8M0 scale
+FLOAT32_BYTES = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,20 +111,22 @@ def weights_per_gpu(inputs: PlanInputs) -> WeightBreakdown:
         other += m.num_attention_heads / tp * m.num_layers * act * stage_share
     if m.moe is not None:
         moe = m.moe
-        hidden = h
         inter: float = moe.expert_intermediate_size
         if not inputs.enable_expert_parallel:
             inter /= tp  # TP splits every expert by its intermediate size
-        if scheme.name == "mxfp4":
-            hidden, inter = mxfp4_expert_dims(h, inter, inputs.gpu.sm)
-        expert_params = 3 * hidden * inter
+        local = moe.num_experts
         if inputs.enable_expert_parallel:
-            routed: float = math.ceil(moe.num_experts / tp) * expert_params
+            local = math.ceil(moe.num_experts / tp)  # whole experts per rank
+        if scheme.name == "mxfp4":
+            triton = inputs.accounting.mxfp4_triton
+            backend = mxfp4_moe_backend(inputs.gpu.sm, triton_kernels=triton)
+            per_expert = mxfp4_expert_bytes(h, inter, backend, bias=moe.expert_bias, act=act)
         else:
-            routed = moe.num_experts * expert_params
+            bias = (2 * inter + h) * act if moe.expert_bias else 0.0
+            per_expert = 3 * h * inter * quant + bias
         shared_size = moe.shared_expert_intermediate_size or moe.expert_intermediate_size
         shared = moe.num_shared_experts * 3 * h * shared_size / tp
-        experts = (routed * quant + shared * linear) * m.moe_layers * stage_share
+        experts = (local * per_expert + shared * linear) * m.moe_layers * stage_share
         other += h * moe.num_experts * m.moe_layers * act * stage_share  # router, replicated
     if m.sparse is not None:
         s = m.sparse
@@ -152,14 +168,38 @@ def rope_cache_bytes(inputs: PlanInputs) -> float:
     return rope.positions * rope.rotary_dim * width
 
 
-def mxfp4_expert_dims(hidden: int, intermediate: float, sm: int) -> tuple[int, int]:
-    """(hidden, per-rank intermediate) of an MXFP4 expert as vLLM allocates it on this GPU."""
-    if sm >= FP4_TENSOR_CORES_SINCE_SM:
+def mxfp4_expert_dims(hidden: int, intermediate: float, backend: Mxfp4Backend) -> tuple[int, int]:
+    """(hidden, per-rank intermediate) of an MXFP4 expert as vLLM allocates it for `backend`."""
+    if backend == "flashinfer":
         return _round_up(hidden, MXFP4_SM100_ALIGN), _round_up(intermediate, MXFP4_SM100_ALIGN)
+    if backend == "triton":
+        return hidden, _round_up(intermediate, MXFP4_TRITON_INTERMEDIATE_ALIGN)
     return (
         _round_up(hidden, MXFP4_MARLIN_HIDDEN_ALIGN),
         _round_up(intermediate, MXFP4_MARLIN_INTERMEDIATE_ALIGN),
     )
+
+
+def mxfp4_expert_bytes(
+    hidden: int, intermediate: float, backend: Mxfp4Backend, *, bias: bool, act: float
+) -> float:
+    """Bytes one MXFP4 expert (gate/up w13 and down w2) holds after vLLM converts it for
+    `backend`: values, scales and biases, as the layouts above allocate them."""
+    h, i = mxfp4_expert_dims(hidden, intermediate, backend)
+    if backend != "triton":
+        values = 3 * h * i / 2  # 4 bits a value; Marlin's repack keeps the byte count
+        scales = 3 * h * i / MXFP4_BLOCK  # one E8M0 byte per 32 values
+        bias_width = act if backend == "marlin" else FLOAT32_BYTES
+        return values + scales + ((2 * i + h) * bias_width if bias else 0.0)
+    w13_values = _round_up(h / 2, HOPPER_VALUE_ALIGN) * _round_up(2 * i, HOPPER_VALUE_ALIGN)
+    w2_values = _round_up(h, HOPPER_VALUE_ALIGN) * _round_up(i / 2, HOPPER_VALUE_ALIGN)
+    w13_k, w2_k = math.ceil(h / MXFP4_BLOCK), math.ceil(i / MXFP4_BLOCK)
+    swizzled = _round_up(2 * i, HOPPER_SCALE_ALIGN_M) * _round_up(
+        w13_k, HOPPER_SCALE_ALIGN_K
+    ) + _round_up(h, HOPPER_SCALE_ALIGN_M) * _round_up(w2_k, HOPPER_SCALE_ALIGN_K)
+    loaded = 2 * i * w13_k + h * w2_k  # the uint8 parameters, still registered
+    biases = (2 * i + h) * FLOAT32_BYTES if bias else 0.0
+    return w13_values + w2_values + swizzled + loaded + biases
 
 
 def _round_up(value: float, multiple: int) -> int:

@@ -5,6 +5,7 @@ from servekit.profiles.loader import (
     available_profiles,
     check_profile_output,
     load_profile,
+    profile_from_data,
     search_dirs,
 )
 from servekit.profiles.schema import Profile
@@ -15,5 +16,6 @@ __all__ = [
     "available_profiles",
     "check_profile_output",
     "load_profile",
+    "profile_from_data",
     "search_dirs",
 ]

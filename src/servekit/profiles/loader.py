@@ -6,11 +6,12 @@ is reported as `file:line: key.path: what is wrong; the fix`.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import os
 import typing
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -122,6 +123,27 @@ def load_profile(
     located = _load_merged(_resolve(name_or_path, dirs), dirs, chain=())
     for override in overrides:
         _apply_override(located, override)
+    return _validate(located)
+
+
+def profile_from_data(
+    data: Mapping[str, Any],
+    *,
+    overrides: Sequence[str] = (),
+    fill: Callable[[dict[str, Any]], None] | None = None,
+) -> Profile:
+    """Validate a profile given as data (one `profiles new` built), after `overrides`.
+
+    `fill` runs between the overrides and validation, to compute what depends on them.
+
+    Raises:
+        ConfigError: unknown keys or invalid values; UsageError: a malformed override.
+    """
+    located = _Located(data=copy.deepcopy(dict(data)))
+    for override in overrides:
+        _apply_override(located, override)
+    if fill is not None:
+        fill(located.data)
     return _validate(located)
 
 

@@ -234,6 +234,24 @@ class BenchDefaults(_Strict):
     per_stream_target_tok_s: float | None = Field(default=None, gt=0)
 
 
+class Calibration(_Strict):
+    """Overheads measured from a real vLLM startup log (`servekit plan --calibrate-from-log`),
+    used by the plan in place of the modelled terms for this GPU and engine version."""
+
+    gpu: str = Field(min_length=1, description="the catalog GPU the log ran on")
+    engine_version: str = Field(min_length=1, description="the vLLM version the log ran")
+    non_kv_overhead_gib: float = Field(
+        ge=0,
+        le=1024,
+        description="measured activation peak + non-torch memory per GPU: requested - "
+        "weights - available KV cache (- the CUDA-graph estimate when it is in the budget)",
+    )
+    cuda_graph_gib: float | None = Field(
+        default=None, ge=-64, le=1024, description="CUDA-graph memory the log captured/estimated"
+    )
+    source: str = Field(min_length=1, description='"measured from <log file> on <date>"')
+
+
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 MAX_PROFILE_NAME_CHARS = 100
@@ -287,6 +305,7 @@ class Profile(_Strict):
     validate_defaults: ValidateDefaults = Field(default_factory=ValidateDefaults, alias="validate")
     bench_defaults: BenchDefaults = Field(default_factory=BenchDefaults, alias="bench")
     simulator: SimulatorSection | None = None
+    calibration: list[Calibration] = Field(default_factory=list)
     sources: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")

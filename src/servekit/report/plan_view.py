@@ -8,8 +8,9 @@ from rich.text import Text
 
 from servekit.plan.checkpoint import CheckpointInfo
 from servekit.plan.fit import MemoryPlan
-from servekit.plan.reconcile import ReconcileRow
+from servekit.plan.reconcile import KvAttribution, ReconcileRow, attribution_lines
 from servekit.plan.startup_log import LogFailure
+from servekit.profiles.schema import Calibration
 from servekit.units import to_gib
 
 
@@ -18,8 +19,11 @@ def plan_view(
     rows: list[ReconcileRow] | None = None,
     failures: tuple[LogFailure, ...] = (),
     checkpoint: CheckpointInfo | None = None,
+    explained: KvAttribution | None = None,
+    measured: Calibration | None = None,
 ) -> RenderableType:
-    """Return the budget table, KV derivation, capacity, warnings and optional log comparison."""
+    """Return the budget table, KV derivation, capacity, warnings and optional log comparison
+    (with the terms that explain the KV difference); `measured` marks a calibrated term."""
     i = plan.inputs
     title = (
         f"{i.model.name}: {i.tensor_parallel_size * i.pipeline_parallel_size}x {i.gpu.name}, "
@@ -33,8 +37,7 @@ def plan_view(
         ("capacity", plan.capacity_bytes, "total the CUDA driver reports"),
         ("requested", plan.requested_bytes, f"capacity x {i.gpu_memory_utilization}"),
         ("weights", plan.weights.total_bytes, "TP-sharded, draft model included"),
-        ("activation peak", plan.activations.peak_bytes, "largest profiled live set"),
-        ("non-torch", plan.non_torch_bytes, "workspaces grown during profiling"),
+        *_overhead_rows(plan, measured),
         ("CUDA graphs", plan.graphs.total_bytes, f"{plan.graphs.num_graphs} graphs, {graphs_note}"),
         ("KV cache", plan.kv_cache_bytes, "what remains for the cache"),
     ):
@@ -76,8 +79,26 @@ def plan_view(
     parts += [Text(f"warning: {w}", style="yellow") for w in plan.warnings]
     if rows is not None:
         parts.append(_reconcile_table(rows))
+    if explained is not None:
+        parts += [Text(line) for line in attribution_lines(explained)]
     parts += [Text(f"log line {f.line_no}: {f.kind}: {f.text}", style="bold red") for f in failures]
     return Group(*parts)
+
+
+def _overhead_rows(plan: MemoryPlan, measured: Calibration | None) -> list[tuple[str, float, str]]:
+    """The activation peak and non-torch rows, or the one measured figure replacing them."""
+    if measured is not None:
+        total = plan.activations.peak_bytes + plan.non_torch_bytes
+        why = (
+            measured.source
+            if measured.source.startswith("measured")
+            else f"measured: {measured.source}"
+        )
+        return [("activation + non-torch", total, why)]
+    return [
+        ("activation peak", plan.activations.peak_bytes, "largest profiled live set"),
+        ("non-torch", plan.non_torch_bytes, "workspaces grown during profiling"),
+    ]
 
 
 def _reconcile_table(rows: list[ReconcileRow]) -> Table:

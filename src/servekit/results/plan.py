@@ -85,11 +85,29 @@ class LoggedFailure(Document):
     text: str
 
 
+class KvTermShare(Document):
+    """GiB of the planned-minus-logged KV cache one term explains."""
+
+    term: str
+    gib: float
+
+
+class KvExplained(Document):
+    """Which terms explain the KV difference against the log, largest first."""
+
+    kv_gap_gib: float
+    terms: list[KvTermShare]
+    biggest: str
+    tokens_gap_pct: float | None
+    bytes_per_token_logged: float | None
+
+
 class FromLog(Document):
     """The plan against a startup log (`plan --from-log`)."""
 
     figures: list[LoggedFigure]
     failures: list[LoggedFailure]
+    explained: KvExplained | None = None
 
 
 class CheckpointBlock(Document):

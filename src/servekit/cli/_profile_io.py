@@ -1,0 +1,66 @@
+"""Files the profile commands read and write (shell): a config.json, a profile atomically."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from servekit.errors import ModelDirError, UsageError
+from servekit.profiles import Profile
+
+MAX_CONFIG_BYTES = 16 << 20  # far above any real config.json; a bigger file is not one
+
+
+def read_config_json(path: Path) -> dict[str, Any]:
+    """The JSON object of a config.json, or one line saying why not.
+
+    Raises:
+        ModelDirError: unreadable, over 16 MiB, not JSON or not an object.
+    """
+    try:
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise ModelDirError(
+            f"cannot read {path.name}: {exc.strerror or exc}", fix="give a readable config.json"
+        ) from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ModelDirError(f"{path.name} is over 16 MiB", fix="give the model's config.json")
+    try:
+        config = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ModelDirError(
+            f"{path.name} is not JSON ({type(exc).__name__} at byte {getattr(exc, 'pos', '?')})",
+            fix="give the model's config.json",
+        ) from None
+    if not isinstance(config, dict):
+        raise ModelDirError(f"{path.name} is not a JSON object", fix="give a config.json")
+    return config
+
+
+def profile_yaml(profile: Profile) -> str:
+    """The profile as `profiles show` prints it."""
+    import yaml
+
+    document = profile.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return yaml.safe_dump(document, sort_keys=False, allow_unicode=True)
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temporary file in the same directory and a rename,
+    so a reader never sees half a file.
+
+    Raises:
+        UsageError: the file cannot be written.
+    """
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        temporary.write_text(text, encoding="utf-8")
+        os.replace(temporary, path)
+    except OSError as exc:
+        temporary.unlink(missing_ok=True)
+        raise UsageError(
+            f"cannot write {path.name}: {exc.strerror or exc}", fix="choose a writable path"
+        ) from None
