@@ -197,6 +197,9 @@ def test_gpu_through_the_catalog_aliases() -> None:
     choice = resolve_gpu("NVIDIA A800-SXM4-80GB x8 (read from the run name)")
     assert not isinstance(choice, str)
     assert (choice.name, choice.count, choice.note) == ("A800-80GB-SXM", 8, None)
+    leading = resolve_gpu("2 x NVIDIA A800-SXM4-80GB")
+    assert not isinstance(leading, str)
+    assert (leading.name, leading.count) == ("A800-80GB-SXM", 2)
     assert resolve_gpu("NVIDIA Quantum 9000 (a made-up part)") == (
         "GPU: 'NVIDIA Quantum 9000' is not in the GPU catalog (servekit/hardware/gpus.yaml) "
         "under any spelling the entry gives"

@@ -81,7 +81,8 @@ UNQUANTIZED = frozenset({"bf16", "bfloat16", "fp16", "float16", "half", "auto", 
 DRAFTLESS_METHODS = frozenset({"ngram", "suffix"})
 _ENV_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
 _VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
-_GPU_COUNT = re.compile(r"\s+x\s*(\d+)\b", re.IGNORECASE)
+# "H200 x8" or "8x H200" / "2 x RTX 3090": a GPU count before or after the name.
+_GPU_COUNT = re.compile(r"(?:\s+x\s*(\d+)\b|^\s*(\d+)\s*x\s+)", re.IGNORECASE)
 _GPU_SIZE = re.compile(r"\b(\d+)\s*GB\b", re.IGNORECASE)
 _DEVICE_NAME = re.compile(r"device_name=([A-Za-z0-9_]+)")
 _DCP_LOGGED = re.compile(r"(?:dcp_world_size|decode_context_parallel_size=)\s*(\d+)")
@@ -100,7 +101,7 @@ class GpuChoice:
 def resolve_gpu(text: str | None, reported_gib: float | None = None) -> GpuChoice | str:
     """Map a corpus GPU string (e.g. 'NVIDIA H100 80GB (from the run name)') to the catalog.
 
-    The text before any parenthesis is the GPU; ' xN' gives a count. Candidates are
+    The text before any parenthesis is the GPU; ' xN' or 'Nx ' gives a count. Candidates are
     tried through the catalog's own alias lookup: the text as written, without the vendor
     words, with a memory size the entry states, and a device_name the log printed.
     """
@@ -108,7 +109,7 @@ def resolve_gpu(text: str | None, reported_gib: float | None = None) -> GpuChoic
         return "GPU: the entry does not name its GPU"
     head, _, rest = text.partition("(")
     count_match = _GPU_COUNT.search(head)
-    count = int(count_match.group(1)) if count_match else None
+    count = int(count_match.group(1) or count_match.group(2)) if count_match else None
     head = _GPU_COUNT.sub("", head).strip()
     names = [head]
     if not _GPU_SIZE.search(head):
