@@ -177,6 +177,22 @@ def test_online_fp8_only_on_a_config_without_quantization() -> None:
     assert not any(s.startswith("quantization=") for s in sets)
 
 
+def test_fp8_checkpoint_on_a_stand_in_config_is_not_online_fp8() -> None:
+    """An fp8 checkpoint planned from its base model's config, or one named as compressed
+    tensors, has a scheme the corpus does not give: incomplete, not online fp8."""
+    records = configs(
+        {"model": "org/Model-A", "related_config": {"model": "org/Base", "config": LLAMA}}
+    )
+    launch = launch_plan(startup(quantization="fp8 dynamic"), records)
+    assert isinstance(launch, LaunchPlan)
+    assert "quantization=fp8" not in launch.sets
+    assert launch.incomplete["weights"].startswith("quantization: 'fp8 dynamic'")
+    own = configs({"model": "org/Model-A", "config": LLAMA})
+    named = launch_plan(startup(quantization="fp8 dynamic (compressed-tensors)"), own)
+    assert isinstance(named, LaunchPlan)
+    assert "weights" in named.incomplete
+
+
 def test_max_model_len_from_the_concurrency_line() -> None:
     """An unknown max_model_len is read from the log's 'Maximum concurrency for N tokens'."""
     sets, notes = serve_sets(startup(max_model_len=None), LLAMA)

@@ -202,7 +202,7 @@ def launch_plan(entry: StartupRecord, configs: Sequence[ConfigRecord]) -> Launch
     if isinstance(gpu, str):
         return Unplanned(gpu, "failed")
     notes = [n for n in (joined.note, gpu.note) if n]
-    sets, set_notes = serve_sets(entry, joined.config)
+    sets, set_notes = serve_sets(entry, joined.config, stand_in=joined.related_model is not None)
     notes += set_notes
     tp, pp, dp = entry.tp or 1, entry.pp or 1, entry.dp or 1
     count = tp * pp * dp
@@ -250,8 +250,13 @@ def engine_version(text: str | None) -> str | None:
     return f"{major}.{minor}.{patch or 0}"
 
 
-def serve_sets(entry: StartupRecord, config: Mapping[str, Any]) -> tuple[list[str], list[str]]:
-    """The entry's launch settings as `--set` arguments (vLLM spelling), and notes."""
+def serve_sets(
+    entry: StartupRecord, config: Mapping[str, Any], *, stand_in: bool = False
+) -> tuple[list[str], list[str]]:
+    """The entry's launch settings as `--set` arguments (vLLM spelling), and notes.
+
+    `stand_in`: `config` is a related model's, not the checkpoint's own.
+    """
     sets: list[str] = []
     notes: list[str] = []
 
@@ -276,7 +281,7 @@ def serve_sets(entry: StartupRecord, config: Mapping[str, Any]) -> tuple[list[st
     put("block_size", entry.block_size)
     put("kv_cache_dtype", entry.kv_cache_dtype)
     put("enforce_eager", entry.enforce_eager)
-    if quantization_kind(entry, config) == "online-fp8":
+    if quantization_kind(entry, config, stand_in=stand_in) == "online-fp8":
         put("quantization", "fp8")
         notes.append("online fp8 quantization of a 16-bit checkpoint")
     dcp = decode_context_parallel(entry)
@@ -309,19 +314,25 @@ def decode_context_parallel(entry: StartupRecord) -> int | None:
 QuantizationKind = Literal["checkpoint", "unquantized", "online-fp8", "unknown"]
 
 
-def quantization_kind(entry: StartupRecord, config: Mapping[str, Any]) -> QuantizationKind:
+def quantization_kind(
+    entry: StartupRecord, config: Mapping[str, Any], *, stand_in: bool = False
+) -> QuantizationKind:
     """How the weights are stored: the config's own scheme, 16-bit, online fp8, or unknown.
 
     'unknown' is a quantized launch whose config carries no `quantization_config` (a
     stand-in base config, or a config copy without it): its weight bytes would be a guess.
+    'fp8' means vLLM's online `--quantization fp8` only on the checkpoint's own 16-bit
+    config: on a stand-in (`stand_in`) or with a checkpoint format named (compressed
+    tensors) the checkpoint itself is quantized and its scheme is not in the corpus.
     """
     if _has_quantization_config(config):
         return "checkpoint"
-    words = re.findall(r"[a-z0-9_\-]+", (entry.quantization or "bf16").lower())
+    text = (entry.quantization or "bf16").lower()
+    words = re.findall(r"[a-z0-9_\-]+", text)
     first = words[0] if words else "bf16"
     if first in UNQUANTIZED:
         return "unquantized"
-    if first == "fp8":
+    if first == "fp8" and not stand_in and "compressed" not in text:
         return "online-fp8"
     return "unknown"
 
@@ -347,7 +358,9 @@ def speculative_method(entry: StartupRecord) -> str | None:
 def _blocked_figures(entry: StartupRecord, joined: JoinedConfig) -> dict[Figure, str]:
     """Per figure, why the entry cannot predict it (weights first: the rest depend on it)."""
     blocked: dict[Figure, str] = {}
-    if quantization_kind(entry, joined.config) == "unknown":
+    if quantization_kind(entry, joined.config, stand_in=joined.related_model is not None) == (
+        "unknown"
+    ):
         blocked["weights"] = (
             f"quantization: {entry.quantization!r} but the config has no quantization_config"
         )
