@@ -211,6 +211,10 @@ class ArchitectureSpec:
     vision: VisionSpec | None = None
     local_attention: LocalAttentionSpec | None = None
     attention_sinks: bool = False  # one learned sink logit per attention head (gpt-oss)
+    # vLLM builds the embedding and LM head on every pipeline stage, not only on the first
+    # and last (its Qwen2/3-MoE, Mixtral, Gemma and gpt-oss model files make them
+    # unconditionally; Llama-style files put PPMissingLayer on the other stages)
+    embeddings_on_every_stage: bool = False
     rope_cache: RopeCacheSpec | None = None
 
     @property

@@ -338,6 +338,7 @@ def test_llama_31_70b_config_facts() -> None:
         "tie_word_embeddings": False,
         "dtype": "bfloat16",
         "attention_sinks": False,
+        "embeddings_on_every_stage": False,
     }
 
 

@@ -1116,6 +1116,12 @@ def model_facts_from_config(
     keys = _Keys(config, family)
     facts = reader(keys)
     max_positions = keys.opt("max_position_embeddings", fact="max_position_embeddings")
+    if model_type in EMBEDDINGS_ON_EVERY_STAGE:
+        facts["embeddings_on_every_stage"] = True
+        keys.note(
+            f"embeddings_on_every_stage: vLLM's {model_type} model builds embed_tokens and "
+            "lm_head on every pipeline stage"
+        )
     rope = _rope_cache(keys, facts, model_type, max_positions)
     if rope is not None:
         facts["rope_cache"] = rope
@@ -1148,6 +1154,16 @@ def model_facts_from_config(
 # max_position x factor rows; YaRN and DeepSeek-YaRN tables original_max_position x factor.
 _SCALED_BY_FACTOR = frozenset({"linear", "dynamic"})
 _YARN = frozenset({"yarn", "deepseek_yarn"})
+
+
+# Model types whose vLLM model file creates the vocabulary embedding and the LM head on every
+# pipeline-parallel stage (no PPMissingLayer for them): vllm/model_executor/models/
+# qwen2_moe.py, qwen3_moe.py, mixtral.py, gemma2.py, gemma3.py, gemma4.py, gpt_oss.py
+# (0.10 and 0.32 alike). Under PP every stage then holds both tables.
+EMBEDDINGS_ON_EVERY_STAGE = frozenset(
+    {"qwen2_moe", "qwen3_moe", "mixtral", "gemma2", "gemma3", "gemma3_text", "gemma4",
+     "gemma4_text", "gpt_oss"}
+)  # fmt: skip
 
 
 def _rope_parameters(k: _Keys) -> Mapping[str, Any]:

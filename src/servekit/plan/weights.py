@@ -97,7 +97,8 @@ def weights_per_gpu(inputs: PlanInputs) -> WeightBreakdown:
     vocab_rows = math.ceil(math.ceil(m.vocab_size / VOCAB_PADDING) * VOCAB_PADDING / tp)
     table = vocab_rows * h * act
     heads = 1 if m.tie_word_embeddings else 2
-    embeddings = table * (heads if pp == 1 else 1)
+    on_one_stage = 1 if pp > 1 and not m.embeddings_on_every_stage else heads
+    embeddings = table * on_one_stage
 
     attention = _attention_params(inputs) * linear * stage_share
     dense_layers = m.num_layers - m.moe_layers
