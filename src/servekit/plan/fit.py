@@ -192,6 +192,13 @@ def plan_warnings(plan: MemoryPlan) -> list[str]:
     i = plan.inputs
     out: list[str] = _accounting_warnings(i)
     out += list(plan.kv_layout.warnings) if plan.kv_layout else []
+    if i.gpu.unified_memory:
+        out.append(
+            f"{i.gpu.name} shares one memory between CPU and GPU: vLLM measures non-torch "
+            "memory as the drop in free device memory, so host memory the process or the OS "
+            "takes while loading and profiling (page cache, compiler heaps) counts against the "
+            "KV budget; not planned: expect less KV cache (check with plan --from-log)"
+        )
     headroom = plan.capacity_bytes - plan.requested_bytes
     graphs = plan.graphs.total_bytes
     if not i.estimate_cudagraphs and graphs > headroom:
