@@ -63,6 +63,21 @@ def plan_view(
         ),
         Text("fits" if plan.fits else "DOES NOT FIT", style="green" if plan.fits else "bold red"),
     ]
+    layout = plan.kv_layout
+    if layout is not None and len(layout.groups) > 1:
+        kinds: dict[str, int] = {}
+        for group in layout.groups:
+            name = group.kind if group.window is None else f"{group.kind} {group.window}"
+            kinds[name] = kinds.get(name, 0) + 1
+        shown = ", ".join(f"{n} x {kind}" for kind, n in kinds.items())
+        lines.insert(
+            1,
+            Text(
+                f"KV cache groups (hybrid attention): {shown}, {layout.groups[0].layers} layers "
+                f"each; {plan.gpu_blocks:,} blocks of {layout.bytes_per_block:,} B; tokens = "
+                f"blocks / {len(layout.groups)} groups x block size"
+            ),
+        )
     if checkpoint is not None:
         groups = ", ".join(
             f"{name} {to_gib(size):.2f}" for name, size in checkpoint.group_bytes.items()
