@@ -19,6 +19,12 @@ from servekit.units import dtype_bytes
 SAMPLER_BYTES_PER_LOGIT = 20
 # Bytes per float32 router logit.
 ROUTER_LOGIT_BYTES = 4
+# Items per prompt vLLM V1 allows a modality limit_mm_per_prompt leaves unset
+# (config/multimodal.py get_limit_per_prompt, 0.10.1 to 0.32.0).
+MM_LIMIT_PER_PROMPT = 999
+# First release checked whose multimodal budget takes floor(budget / T) items, capped by
+# max_model_len // T per prompt (0.10.1 v1/worker/utils.py; 0.9.1 took ceil).
+MM_FLOOR_ITEMS_FROM = (0, 10, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,8 +71,44 @@ def forward_live_bytes(inputs: PlanInputs, num_tokens: int) -> float:
     return 2 * t * h * a + max(attention, mlp)
 
 
+def mm_dummy_items(inputs: PlanInputs) -> int:
+    """Items in the dummy batch vLLM's profiling run feeds the encoder.
+
+    vLLM V1 (multimodal/encoder_budget.py MultiModalBudget, v1/worker/utils.py before
+    0.19): the encoder budget is max(max_num_batched_tokens, T) for T the largest item's
+    tokens (encoder_cache_manager.py compute_mm_encoder_budget); it holds budget // T
+    items, at most max_num_seqs x max(1, min(limit_mm_per_prompt, max_model_len // T)),
+    and at least one. Up to 0.9 it was ceil(budget / T), at most max_num_seqs x the limit
+    (gpu_model_runner.py profile_run). An item that fills max_model_len is one item.
+    """
+    v = inputs.model.vision
+    if v is None or v.max_tokens_per_item is None:
+        return 1
+    t = v.max_tokens_per_item
+    budget = max(inputs.max_num_batched_tokens, t)
+    if inputs.accounting.release < MM_FLOOR_ITEMS_FROM:
+        return min(-(-budget // t), inputs.max_num_seqs * MM_LIMIT_PER_PROMPT)
+    per_prompt = max(1, min(MM_LIMIT_PER_PROMPT, inputs.max_model_len // t))
+    return max(1, min(budget // t, inputs.max_num_seqs * per_prompt))
+
+
+def mm_encoder_patches(inputs: PlanInputs) -> int:
+    """Encoder input patches of the profiling run's dummy batch: items x patches per item.
+
+    An item without a stated size fills max_model_len tokens (MiniMax-M3's video, capped
+    to fit the context), max_model_len x patches_per_token patches.
+    """
+    v = inputs.model.vision
+    if v is None:
+        return 0
+    if v.max_tokens_per_item is None:
+        return inputs.max_model_len * v.patches_per_token
+    per_item = v.patches_per_item or v.max_tokens_per_item * v.patches_per_token
+    return mm_dummy_items(inputs) * per_item
+
+
 def mm_encoder_live_bytes(inputs: PlanInputs) -> float:
-    """Live set of the vision encoder on a dummy item that fills max_model_len tokens.
+    """Live set of the vision encoder on the profiling run's dummy batch.
 
     The pixel input stays live throughout. On top of it, the larger of one ViT layer
     (residual, normed input and MLP-down output at full width; MLP-up and activation
@@ -78,7 +120,7 @@ def mm_encoder_live_bytes(inputs: PlanInputs) -> float:
     if v is None:
         return 0.0
     a = dtype_bytes(m.dtype)
-    patches = inputs.max_model_len * v.patches_per_token
+    patches = mm_encoder_patches(inputs)
     share = inputs.tensor_parallel_size if inputs.mm_encoder_tp else 1
     w = v.hidden_size
     layer = 3 * w + 2 * v.intermediate_size / share
