@@ -82,6 +82,7 @@ def test_largest_dummy_item_per_family(model: str, tokens: int, patches: int) ->
 @pytest.mark.parametrize(
     ("model", "batched", "model_len", "seqs", "items"),
     [
+        # the 0.19.0 DEBUG logs print "profiled with 2 (3) image items" for these two
         (MISTRAL, 8192, 8192, 256, 2),  # 8192 // 3025
         (SCOUT, 8192, 8192, 256, 3),  # 8192 // 2448
         (GEMMA4, 2048, 131072, 256, 1),  # the budget is T itself
