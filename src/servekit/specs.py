@@ -168,6 +168,10 @@ class VisionSpec:
             None: the dummy item fills max_model_len (MiniMax-M3's capped video).
         patches_per_item: encoder input patches of that dummy item, padding and class
             tokens included; None: max_tokens_per_item x patches_per_token.
+        dense_block_mask: the encoder builds one dense additive attention mask over all the
+            batch's patches in the model dtype (transformers' Pixtral
+            generate_block_attention_mask, which vLLM's HF Pixtral encoder uses when
+            xformers is absent).
         params_override: encoder and projector parameters counted from the encoder's own
             layer shapes, used instead of the formula in `params` when set (encoders that
             are not that shape: gated MLPs, biases, position tables, patch mergers).
@@ -183,6 +187,7 @@ class VisionSpec:
     projector_width: OptionalWidth = None
     max_tokens_per_item: OptionalWidth = None
     patches_per_item: OptionalWidth = None
+    dense_block_mask: bool = False
     params_override: Annotated[int | None, Ge(0)] = None
 
     @property
