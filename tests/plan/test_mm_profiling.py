@@ -139,3 +139,14 @@ def test_gemma4_at_131072_tokens_plans_a_kv_budget(tmp_path: Path) -> None:
     predicted = predicted_figures(plan)["available_kv"]
     assert predicted > 0
     assert within_bound("available_kv", predicted, 21.5)
+
+
+@pytest.mark.parametrize(
+    ("version", "masked"), [("0.11.0", False), ("0.19.0", True), ("0.32.0", False)]
+)
+def test_pixtral_dense_block_mask_by_release(version: str, masked: bool) -> None:
+    """vLLM 0.12-0.28's HF Pixtral encoder holds a dense bf16 mask over the batch's 2 x 12,100
+    patches (no xformers); 0.11 (xformers installed) and 0.30+ (attention backend) do not."""
+    with_mask = mm_encoder_live_bytes(inputs(MISTRAL, version=version))
+    plain = mm_encoder_live_bytes(inputs(MISTRAL, version="0.32.0"))
+    assert with_mask - plain == (24200 * 24200 * 2 if masked else 0)

@@ -25,6 +25,10 @@ MM_LIMIT_PER_PROMPT = 999
 # First release checked whose multimodal budget takes floor(budget / T) items, capped by
 # max_model_len // T per prompt (0.10.1 v1/worker/utils.py; 0.9.1 took ceil).
 MM_FLOOR_ITEMS_FROM = (0, 10, 0)
+# Releases whose HF Pixtral encoder builds a dense block mask (xformers, which avoids it,
+# stopped being installed with vLLM in 0.12.0; 0.30.0 runs it on an attention backend
+# without a mask): pixtral.py PixtralHFVisionModel.forward, 0.12.0 to 0.28.0.
+MM_DENSE_MASK_RELEASES = ((0, 12, 0), (0, 30, 0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,10 +114,12 @@ def mm_encoder_patches(inputs: PlanInputs) -> int:
 def mm_encoder_live_bytes(inputs: PlanInputs) -> float:
     """Live set of the vision encoder on the profiling run's dummy batch.
 
-    The pixel input stays live throughout. On top of it, the larger of one ViT layer
-    (residual, normed input and MLP-down output at full width; MLP-up and activation
-    outputs split by the encoder's TP) and the per-patch projector (its input, the
-    split up-projection and activation, and the full-width all-reduced output).
+    The pixel input stays live throughout, and so does a dense patches x patches
+    attention mask where the encoder builds one (Pixtral HF, in the releases that do).
+    On top of them, the larger of one ViT layer (residual, normed input and MLP-down
+    output at full width; MLP-up and activation outputs split by the encoder's TP) and
+    the per-patch projector (its input, the split up-projection and activation, and the
+    full-width all-reduced output).
     """
     m = inputs.model
     v = m.vision
@@ -128,7 +134,11 @@ def mm_encoder_live_bytes(inputs: PlanInputs) -> float:
     if v.projector_width:
         p = v.projector_width
         projector = w + 2 * p / share + p
-    return patches * (v.values_per_patch + max(layer, projector)) * a
+    first, end = MM_DENSE_MASK_RELEASES
+    mask = (
+        patches * patches if v.dense_block_mask and first <= inputs.accounting.release < end else 0
+    )
+    return (patches * (v.values_per_patch + max(layer, projector)) + mask) * a
 
 
 def activation_peak(inputs: PlanInputs) -> ActivationPeak:

@@ -770,7 +770,9 @@ def _pixtral_vision(config: Mapping[str, Any], text_hidden: int) -> tuple[Facts,
     projector += 2 * text_hidden if bias else 0
     # vLLM pixtral.py PixtralHFEncoderInfo: the dummy image is image_size square, one token
     # per merged patch of patch x merge pixels, ((image - 1) // (patch x merge) + 1) a side
-    # (the [IMG_BREAK]/[IMG_END] tokens are not embeds, so not counted).
+    # (the [IMG_BREAK]/[IMG_END] tokens are not embeds, so not counted). Without xformers
+    # PixtralHFVisionModel.forward masks attention with transformers'
+    # generate_block_attention_mask, one dense patches x patches tensor for the batch.
     side = (_vision_int(v, "image_size", 1024) - 1) // (patch * merge) + 1
     vision = {
         "num_layers": layers,
@@ -779,6 +781,7 @@ def _pixtral_vision(config: Mapping[str, Any], text_hidden: int) -> tuple[Facts,
         "patches_per_token": merge * merge,
         "values_per_patch": values,
         "max_tokens_per_item": side * side,
+        "dense_block_mask": True,
         "params_override": encoder + projector,
     }
     return vision, (
