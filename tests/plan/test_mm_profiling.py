@@ -12,7 +12,12 @@ from click.testing import CliRunner
 
 from servekit.cli._fidelity import plan_entry, read_corpus
 from servekit.hardware import lookup_gpu
-from servekit.plan.activations import mm_dummy_items, mm_encoder_live_bytes, mm_encoder_patches
+from servekit.plan.activations import (
+    mm_dummy_items,
+    mm_dummy_tokens,
+    mm_encoder_live_bytes,
+    mm_encoder_patches,
+)
 from servekit.plan.engine_rules import accounting_for
 from servekit.plan.fidelity import LaunchPlan, launch_plan, predicted_figures, within_bound
 from servekit.plan.inputs import PlanInputs, model_spec
@@ -103,6 +108,7 @@ def test_dummy_batch_items_follow_the_multimodal_budget(
     assert vision.max_tokens_per_item is not None
     per_item = vision.patches_per_item or vision.max_tokens_per_item * vision.patches_per_token
     assert mm_encoder_patches(plan) == items * per_item
+    assert mm_dummy_tokens(plan) == items * vision.max_tokens_per_item
 
 
 def test_releases_before_0_10_round_the_items_up() -> None:
@@ -117,6 +123,7 @@ def test_minimax_m3_video_still_fills_the_context(inputs_for: Callable[..., Plan
     assert vision is not None
     assert vision.max_tokens_per_item is None
     assert mm_dummy_items(plan) == 1
+    assert mm_dummy_tokens(plan) == plan.max_model_len
     assert mm_encoder_patches(plan) == plan.max_model_len * vision.patches_per_token
     assert mm_encoder_live_bytes(plan) / GIB == pytest.approx(9.898, abs=5e-4)
 

@@ -96,6 +96,16 @@ def mm_dummy_items(inputs: PlanInputs) -> int:
     return max(1, min(budget // t, inputs.max_num_seqs * per_prompt))
 
 
+def mm_dummy_tokens(inputs: PlanInputs) -> int:
+    """Tokens of the profiling run's dummy batch, items x T (max_model_len for an item that
+    fills the context): the most encoder outputs profile_run keeps in its encoder cache
+    through the forward pass and sampler (gpu_model_runner.py, `encoder_cache["tmp_i"]`)."""
+    v = inputs.model.vision
+    if v is None:
+        return 0
+    return mm_dummy_items(inputs) * (v.max_tokens_per_item or inputs.max_model_len)
+
+
 def mm_encoder_patches(inputs: PlanInputs) -> int:
     """Encoder input patches of the profiling run's dummy batch: items x patches per item.
 
