@@ -162,6 +162,16 @@ class VisionSpec:
         patches_per_token: encoder patches merged into one language-model token.
         values_per_patch: pixel values per patch (channels x temporal x patch^2), the input.
         projector_width: width of a per-patch projector MLP (width -> p -> p), if any.
+        max_tokens_per_item: vLLM's maximum tokens per item of the modality it profiles
+            the encoder with (the processor's get_mm_max_tokens_per_item, or the placeholder
+            embeds of its largest dummy item); the multimodal budget counts items in these.
+            None: the dummy item fills max_model_len (MiniMax-M3's capped video).
+        patches_per_item: encoder input patches of that dummy item, padding and class
+            tokens included; None: max_tokens_per_item x patches_per_token.
+        dense_block_mask: the encoder builds one dense additive attention mask over all the
+            batch's patches in the model dtype (transformers' Pixtral
+            generate_block_attention_mask, which vLLM's HF Pixtral encoder uses when
+            xformers is absent).
         params_override: encoder and projector parameters counted from the encoder's own
             layer shapes, used instead of the formula in `params` when set (encoders that
             are not that shape: gated MLPs, biases, position tables, patch mergers).
@@ -175,6 +185,9 @@ class VisionSpec:
     patches_per_token: Width = 4
     values_per_patch: WidthCount = 0
     projector_width: OptionalWidth = None
+    max_tokens_per_item: OptionalWidth = None
+    patches_per_item: OptionalWidth = None
+    dense_block_mask: bool = False
     params_override: Annotated[int | None, Ge(0)] = None
 
     @property

@@ -20,6 +20,16 @@ from servekit.units import MIB, dtype_bytes
 
 # Bytes per float32 router logit.
 ROUTER_LOGIT_BYTES = 4
+# Items per prompt vLLM V1 allows a modality limit_mm_per_prompt leaves unset
+# (config/multimodal.py get_limit_per_prompt, 0.10.1 to 0.32.0).
+MM_LIMIT_PER_PROMPT = 999
+# First release checked whose multimodal budget takes floor(budget / T) items, capped by
+# max_model_len // T per prompt (0.10.1 v1/worker/utils.py; 0.9.1 took ceil).
+MM_FLOOR_ITEMS_FROM = (0, 10, 0)
+# Releases whose HF Pixtral encoder builds a dense block mask (xformers, which avoids it,
+# stopped being installed with vLLM in 0.12.0; 0.30.0 runs it on an attention backend
+# without a mask): pixtral.py PixtralHFVisionModel.forward, 0.12.0 to 0.28.0.
+MM_DENSE_MASK_RELEASES = ((0, 12, 0), (0, 30, 0))
 # Bytes per float32 value.
 FP32 = 4
 # The V0 engine's sampler (model_executor/layers/sampler.py) is not re-derived: float32
@@ -245,14 +255,13 @@ def encoder_cache_bytes(inputs: PlanInputs) -> float:
     """Encoder outputs profile_run keeps in encoder_cache through the forward and sampler.
 
     v0.19.0 gpu_model_runner.py profile_run: `self.encoder_cache[f"tmp_{i}"] = output`,
-    cleared after the sampler. Items x tokens per item fill at most the encoder budget,
-    max(max_num_batched_tokens, tokens of one item <= max_model_len), at the text width.
+    cleared after the sampler: the dummy batch's items x tokens per item
+    (`mm_dummy_tokens`), at the text width.
     """
     m = inputs.model
     if not (inputs.mm_profiling and m.vision is not None):
         return 0.0
-    tokens = max(inputs.max_num_batched_tokens, inputs.max_model_len)
-    return float(tokens * m.hidden_size * dtype_bytes(m.dtype))
+    return float(mm_dummy_tokens(inputs) * m.hidden_size * dtype_bytes(m.dtype))
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,20 +321,68 @@ def forward_live_bytes(inputs: PlanInputs, num_tokens: int) -> float:
     return 2 * t * h * a + max(attention, mlp)
 
 
-def mm_encoder_live_bytes(inputs: PlanInputs) -> float:
-    """Live set of the vision encoder on a dummy item that fills max_model_len tokens.
+def mm_dummy_items(inputs: PlanInputs) -> int:
+    """Items in the dummy batch vLLM's profiling run feeds the encoder.
 
-    The pixel input stays live throughout. On top of it, the larger of one ViT layer
-    (residual, normed input and MLP-down output at full width; MLP-up and activation
-    outputs split by the encoder's TP) and the per-patch projector (its input, the
-    split up-projection and activation, and the full-width all-reduced output).
+    vLLM V1 (multimodal/encoder_budget.py MultiModalBudget, v1/worker/utils.py before
+    0.19): the encoder budget is max(max_num_batched_tokens, T) for T the largest item's
+    tokens (encoder_cache_manager.py compute_mm_encoder_budget); it holds budget // T
+    items, at most max_num_seqs x max(1, min(limit_mm_per_prompt, max_model_len // T)),
+    and at least one. Up to 0.9 it was ceil(budget / T), at most max_num_seqs x the limit
+    (gpu_model_runner.py profile_run). An item that fills max_model_len is one item.
+    """
+    v = inputs.model.vision
+    if v is None or v.max_tokens_per_item is None:
+        return 1
+    t = v.max_tokens_per_item
+    budget = max(inputs.max_num_batched_tokens, t)
+    if inputs.accounting.release < MM_FLOOR_ITEMS_FROM:
+        return min(-(-budget // t), inputs.max_num_seqs * MM_LIMIT_PER_PROMPT)
+    per_prompt = max(1, min(MM_LIMIT_PER_PROMPT, inputs.max_model_len // t))
+    return max(1, min(budget // t, inputs.max_num_seqs * per_prompt))
+
+
+def mm_dummy_tokens(inputs: PlanInputs) -> int:
+    """Tokens of the profiling run's dummy batch, items x T (max_model_len for an item that
+    fills the context): the most encoder outputs profile_run keeps in its encoder cache
+    through the forward pass and sampler (gpu_model_runner.py, `encoder_cache["tmp_i"]`)."""
+    v = inputs.model.vision
+    if v is None:
+        return 0
+    return mm_dummy_items(inputs) * (v.max_tokens_per_item or inputs.max_model_len)
+
+
+def mm_encoder_patches(inputs: PlanInputs) -> int:
+    """Encoder input patches of the profiling run's dummy batch: items x patches per item.
+
+    An item without a stated size fills max_model_len tokens (MiniMax-M3's video, capped
+    to fit the context), max_model_len x patches_per_token patches.
+    """
+    v = inputs.model.vision
+    if v is None:
+        return 0
+    if v.max_tokens_per_item is None:
+        return inputs.max_model_len * v.patches_per_token
+    per_item = v.patches_per_item or v.max_tokens_per_item * v.patches_per_token
+    return mm_dummy_items(inputs) * per_item
+
+
+def mm_encoder_live_bytes(inputs: PlanInputs) -> float:
+    """Live set of the vision encoder on the profiling run's dummy batch.
+
+    The pixel input stays live throughout, and so does a dense patches x patches
+    attention mask where the encoder builds one (Pixtral HF, in the releases that do).
+    On top of them, the larger of one ViT layer (residual, normed input and MLP-down
+    output at full width; MLP-up and activation outputs split by the encoder's TP) and
+    the per-patch projector (its input, the split up-projection and activation, and the
+    full-width all-reduced output).
     """
     m = inputs.model
     v = m.vision
     if v is None:
         return 0.0
     a = dtype_bytes(m.dtype)
-    patches = inputs.max_model_len * v.patches_per_token
+    patches = mm_encoder_patches(inputs)
     share = inputs.tensor_parallel_size if inputs.mm_encoder_tp else 1
     w = v.hidden_size
     layer = 3 * w + 2 * v.intermediate_size / share
@@ -333,7 +390,11 @@ def mm_encoder_live_bytes(inputs: PlanInputs) -> float:
     if v.projector_width:
         p = v.projector_width
         projector = w + 2 * p / share + p
-    return patches * (v.values_per_patch + max(layer, projector)) * a
+    first, end = MM_DENSE_MASK_RELEASES
+    mask = (
+        patches * patches if v.dense_block_mask and first <= inputs.accounting.release < end else 0
+    )
+    return (patches * (v.values_per_patch + max(layer, projector)) + mask) * a
 
 
 def activation_peak(inputs: PlanInputs) -> ActivationPeak:

@@ -727,6 +727,15 @@ KNOWN_MODEL_TYPES = tuple(sorted({*_FAMILIES, *_WRAPPERS}))
 
 # --- vision encoders ---------------------------------------------------------------------
 
+# Tiles the Llama 4 image processor cuts at most (transformers Llama4ImageProcessorFast
+# max_patches, 16 in Llama-4-Scout/Maverick's preprocessor_config.json); vLLM's dummy image
+# uses all of them (mllama4.py get_max_num_tiles).
+LLAMA4_MAX_TILES = 16
+# Frames of Gemma 4's dummy video and soft tokens per frame (vLLM gemma4_mm.py
+# _VIDEO_MAX_FRAMES and _VIDEO_MAX_SOFT_TOKENS, 0.19.0 to 0.32.0).
+GEMMA4_VIDEO_FRAMES = 32
+GEMMA4_FRAME_TOKENS = 70
+
 
 def _vision_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
     vision = config.get("vision_config")
@@ -759,18 +768,27 @@ def _pixtral_vision(config: Mapping[str, Any], text_hidden: int) -> tuple[Facts,
     encoder = values * w + w + layers * (4 * w * w + 3 * w * i + 2 * w)
     projector = w + merge * merge * w * w + w * text_hidden + text_hidden * text_hidden
     projector += 2 * text_hidden if bias else 0
+    # vLLM pixtral.py PixtralHFEncoderInfo: the dummy image is image_size square, one token
+    # per merged patch of patch x merge pixels, ((image - 1) // (patch x merge) + 1) a side
+    # (the [IMG_BREAK]/[IMG_END] tokens are not embeds, so not counted). Without xformers
+    # PixtralHFVisionModel.forward masks attention with transformers'
+    # generate_block_attention_mask, one dense patches x patches tensor for the batch.
+    side = (_vision_int(v, "image_size", 1024) - 1) // (patch * merge) + 1
     vision = {
         "num_layers": layers,
         "hidden_size": w,
         "intermediate_size": i,
         "patches_per_token": merge * merge,
         "values_per_patch": values,
+        "max_tokens_per_item": side * side,
+        "dense_block_mask": True,
         "params_override": encoder + projector,
     }
     return vision, (
         f"vision: pixtral vision_config ({layers} layers, width {w}, gated MLP {i}, patch "
         f"{patch}), spatial_merge_size {merge} merger and 2-layer projector to {text_hidden}: "
-        f"{encoder + projector} params"
+        f"{encoder + projector} params; largest image {side}x{side} = {side * side} tokens "
+        "(vLLM pixtral.py PixtralHFEncoderInfo.get_num_image_tokens)"
     )
 
 
@@ -797,17 +815,25 @@ def _siglip_vision(config: Mapping[str, Any], text_hidden: int) -> tuple[Facts, 
     projector = w + w * text_hidden
     tokens = config.get("mm_tokens_per_image", 256)
     per_token = max(1, positions // tokens) if isinstance(tokens, int) and tokens > 0 else 16
+    # vLLM gemma3_mm.py get_num_image_tokens: (crops + 1) x image_seq_length tokens, no crops
+    # unless do_pan_and_scan (off by default): the dummy image is one native image of
+    # `positions` patches pooled to mm_tokens_per_image tokens.
+    per_image = tokens if isinstance(tokens, int) and tokens > 0 else positions // per_token
     vision = {
         "num_layers": layers,
         "hidden_size": w,
         "intermediate_size": i,
         "patches_per_token": per_token,
         "values_per_patch": values,
+        "max_tokens_per_item": per_image,
+        "patches_per_item": positions,
         "params_override": encoder + projector,
     }
     return vision, (
         f"vision: siglip vision_config ({layers} layers, width {w}, MLP {i}, {positions} "
-        f"patches of {patch}), projection to {text_hidden}: {encoder + projector} params"
+        f"patches of {patch}), projection to {text_hidden}: {encoder + projector} params; "
+        f"{per_image} tokens per image (mm_tokens_per_image; vLLM gemma3_mm.py, no "
+        "pan-and-scan crops by default)"
     )
 
 
@@ -839,18 +865,29 @@ def _llama4_vision(config: Mapping[str, Any], text_hidden: int) -> tuple[Facts, 
     adapter = i * p_in + p_in * p_out
     adapter += p_in + p_out if v.get("multi_modal_projector_bias") else 0
     projector = out_dim * text_hidden
+    # vLLM mllama4.py: the dummy image is max_patches chunks tall (h:w = 16:1), so the
+    # processor cuts LLAMA4_MAX_TILES tiles and adds the global thumbnail; each chunk is
+    # (image/patch)^2 // ds_ratio tokens (get_patch_per_chunk) and runs (image/patch)^2 + 1
+    # patches (the class token) through the encoder.
+    ds_ratio = round(1 / (ratio * ratio))
+    chunks = LLAMA4_MAX_TILES + 1
+    per_chunk = (image // patch) ** 2 // ds_ratio
     vision = {
         "num_layers": layers,
         "hidden_size": w,
         "intermediate_size": i,
-        "patches_per_token": round(1 / (ratio * ratio)),
+        "patches_per_token": ds_ratio,
         "values_per_patch": values,
+        "max_tokens_per_item": chunks * per_chunk,
+        "patches_per_item": chunks * positions,
         "params_override": encoder + adapter + projector,
     }
     return vision, (
         f"vision: llama4 vision_config ({layers} layers, width {w}, MLP {i}), pixel-shuffle "
         f"adapter {i}->{p_in}->{p_out} and projector to {text_hidden}: "
-        f"{encoder + adapter + projector} params"
+        f"{encoder + adapter + projector} params; largest image {chunks} chunks x "
+        f"{per_chunk} tokens (vLLM mllama4.py get_image_size_with_most_features, "
+        f"max_patches {LLAMA4_MAX_TILES} tiles + the global one)"
     )
 
 
@@ -879,17 +916,32 @@ def _gemma4_vision(config: Mapping[str, Any], text_hidden: int) -> tuple[Facts, 
     encoder = values * w + 2 * table * w + (2 * w if v.get("standardize") else 0)
     encoder += layers * (attention + 2 * head_dim + 3 * w * i + 4 * w)
     projector = w * text_hidden
+    # vLLM gemma4_mm.py get_mm_max_tokens_per_item: an image is default_output_length soft
+    # tokens, a video GEMMA4_VIDEO_FRAMES x (GEMMA4_FRAME_TOKENS + boi, eoi and 6 timestamp
+    # tokens); vLLM profiles the larger (the video). Each frame is padded to
+    # GEMMA4_FRAME_TOKENS x pool^2 patches (the image processor's max_patches).
+    image_tokens = _vision_int(v, "default_output_length", 280)
+    video_tokens = GEMMA4_VIDEO_FRAMES * (GEMMA4_FRAME_TOKENS + 8)
+    if video_tokens >= image_tokens:
+        item, patches = video_tokens, GEMMA4_VIDEO_FRAMES * GEMMA4_FRAME_TOKENS * pool * pool
+        what = f"a {GEMMA4_VIDEO_FRAMES}-frame video"
+    else:
+        item, patches, what = image_tokens, image_tokens * pool * pool, "an image"
     vision = {
         "num_layers": layers,
         "hidden_size": w,
         "intermediate_size": i,
         "patches_per_token": pool * pool,
         "values_per_patch": values,
+        "max_tokens_per_item": item,
+        "patches_per_item": patches,
         "params_override": encoder + projector,
     }
     return vision, (
         f"vision: gemma4 vision_config ({layers} layers, width {w}, gated MLP {i}, position "
-        f"table {table}), projection to {text_hidden}: {encoder + projector} params"
+        f"table {table}), projection to {text_hidden}: {encoder + projector} params; "
+        f"profiled with {what}, {item} tokens, {patches} patches (vLLM gemma4_mm.py "
+        "get_mm_max_tokens_per_item)"
     )
 
 
