@@ -1,14 +1,20 @@
-"""Shared planner fixtures."""
+"""Shared planner fixtures; `known_models` (hand-written architectures) is importable."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from servekit.hardware import lookup_gpu
 from servekit.plan import PlanInputs, plan_inputs
 from servekit.profiles import load_profile
+
+HERE = str(Path(__file__).parent)
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
 
 
 @pytest.fixture

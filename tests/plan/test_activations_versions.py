@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from known_models import LLAMA31_8B
 
 from servekit.hardware import lookup_gpu
 from servekit.plan import PlanInputs
@@ -45,16 +46,6 @@ CORPUS = Path(__file__).resolve().parents[2] / "benchmarks" / "corpus" / "real-s
 _PEAK_RE = re.compile(r"Actual usage is [\d.]+ GiB for weight, ([\d.]+) GiB for peak activation")
 LOG_ROUNDING_GIB = 0.005
 OMITTED_GIB = 0.005
-
-LLAMA31_8B = ArchitectureSpec(
-    num_layers=32,
-    hidden_size=4096,
-    num_attention_heads=32,
-    num_kv_heads=8,
-    head_dim=128,
-    vocab_size=128256,
-    intermediate_size=14336,
-)
 
 
 def _configs() -> dict[str, dict[str, Any]]:

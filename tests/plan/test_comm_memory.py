@@ -9,6 +9,7 @@ through PyNccl, created before the snapshot. Pipeline parallelism adds no such t
 from __future__ import annotations
 
 import pytest
+from known_models import LLAMA31_8B
 
 from servekit.hardware import lookup_gpu
 from servekit.plan import PlanInputs
@@ -16,17 +17,6 @@ from servekit.plan.comm_memory import PUBLIC_TP_FIGURE, comm_memory_warnings
 from servekit.plan.engine_rules import accounting_for
 from servekit.plan.fit import make_plan
 from servekit.plan.inputs import model_spec
-from servekit.specs import ArchitectureSpec
-
-LLAMA31_8B = ArchitectureSpec(
-    num_layers=32,
-    hidden_size=4096,
-    num_attention_heads=32,
-    num_kv_heads=8,
-    head_dim=128,
-    vocab_size=128256,
-    intermediate_size=14336,
-)
 
 
 def _inputs(version: str, tp: int = 1, pp: int = 1) -> PlanInputs:

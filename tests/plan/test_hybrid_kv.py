@@ -14,6 +14,7 @@ import dataclasses
 from collections.abc import Callable
 
 import pytest
+from known_models import GPT_OSS_20B
 
 from servekit.hardware import lookup_gpu
 from servekit.plan import PlanInputs
@@ -23,20 +24,6 @@ from servekit.plan.kv_cache import kv_bytes_per_token, kv_capacity_tokens, kv_la
 from servekit.specs import ArchitectureSpec, LocalAttentionSpec, MlaSpec, MoeSpec
 from servekit.units import GIB
 
-# openai/gpt-oss-20b config.json (configs.jsonl): 24 layers alternating 128-token sliding
-# window and full attention, 8 KV heads of 64, 32 experts.
-GPT_OSS_20B = ArchitectureSpec(
-    num_layers=24,
-    hidden_size=2880,
-    num_attention_heads=64,
-    num_kv_heads=8,
-    head_dim=64,
-    vocab_size=201088,
-    intermediate_size=2880,
-    moe=MoeSpec(num_experts=32, top_k=4, expert_intermediate_size=2880),
-    local_attention=LocalAttentionSpec(kind="sliding_window", window=128, num_layers=12),
-    attention_sinks=True,
-)
 # meta-llama/Llama-4-Scout-17B-16E-Instruct text_config: 48 layers, three of every four
 # with 8192-token chunked local attention (the fourth is global, NoPE), 8 KV heads of 128.
 LLAMA4_SCOUT = ArchitectureSpec(

@@ -11,6 +11,7 @@ import dataclasses
 from collections.abc import Callable
 
 import pytest
+from known_models import GPT_OSS_20B, LLAMA31_8B
 
 from servekit.hardware import lookup_gpu
 from servekit.plan import PlanInputs
@@ -21,29 +22,6 @@ from servekit.specs import ArchitectureSpec, LocalAttentionSpec, MoeSpec, RopeCa
 from servekit.units import GIB
 
 Build = Callable[..., PlanInputs]
-
-# openai/gpt-oss-20b config.json (configs.jsonl); MXFP4 on the routed experts only.
-GPT_OSS_20B = ArchitectureSpec(
-    num_layers=24,
-    hidden_size=2880,
-    num_attention_heads=64,
-    num_kv_heads=8,
-    head_dim=64,
-    vocab_size=201088,
-    intermediate_size=2880,
-    moe=MoeSpec(num_experts=32, top_k=4, expert_intermediate_size=2880, expert_bias=True),
-    local_attention=LocalAttentionSpec(kind="sliding_window", window=128, num_layers=12),
-    attention_sinks=True,
-)
-LLAMA31_8B = ArchitectureSpec(
-    num_layers=32,
-    hidden_size=4096,
-    num_attention_heads=32,
-    num_kv_heads=8,
-    head_dim=128,
-    vocab_size=128256,
-    intermediate_size=14336,
-)
 
 
 def inputs(

@@ -1,0 +1,32 @@
+"""Architecture facts of real models, written out by hand from their published config.json
+(benchmarks/corpus/real-startups/configs.jsonl), for planner tests that must not depend on
+the config parser."""
+
+from __future__ import annotations
+
+from servekit.specs import ArchitectureSpec, LocalAttentionSpec, MoeSpec
+
+# meta-llama/Llama-3.1-8B-Instruct: 32 layers, GQA 32/8 of 128, no RoPE table stated here.
+LLAMA31_8B = ArchitectureSpec(
+    num_layers=32,
+    hidden_size=4096,
+    num_attention_heads=32,
+    num_kv_heads=8,
+    head_dim=128,
+    vocab_size=128256,
+    intermediate_size=14336,
+)
+# openai/gpt-oss-20b: 24 layers alternating 128-token sliding window and full attention,
+# 8 KV heads of 64, 32 experts with biases (MXFP4 on the routed experts only).
+GPT_OSS_20B = ArchitectureSpec(
+    num_layers=24,
+    hidden_size=2880,
+    num_attention_heads=64,
+    num_kv_heads=8,
+    head_dim=64,
+    vocab_size=201088,
+    intermediate_size=2880,
+    moe=MoeSpec(num_experts=32, top_k=4, expert_intermediate_size=2880, expert_bias=True),
+    local_attention=LocalAttentionSpec(kind="sliding_window", window=128, num_layers=12),
+    attention_sinks=True,
+)
