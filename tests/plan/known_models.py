@@ -4,7 +4,24 @@ the config parser."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Any
+
 from servekit.specs import ArchitectureSpec, LocalAttentionSpec, MoeSpec
+
+CONFIGS = Path(__file__).resolve().parents[2] / "benchmarks/corpus/real-startups/configs.jsonl"
+
+
+def corpus_config(model: str) -> dict[str, Any]:
+    """The published config.json of `model` from the corpus (a fresh copy per call)."""
+    for line in CONFIGS.read_text(encoding="utf-8").splitlines():
+        entry = json.loads(line) if line.strip() else {}
+        if entry.get("model") == model:
+            config: dict[str, Any] = entry["config"]
+            return config
+    raise KeyError(model)
+
 
 # meta-llama/Llama-3.1-8B-Instruct: 32 layers, GQA 32/8 of 128, no RoPE table stated here.
 LLAMA31_8B = ArchitectureSpec(

@@ -10,11 +10,8 @@ models' config.json facts (configs.jsonl).
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-from typing import Any
-
 import pytest
+from known_models import corpus_config
 
 from servekit.hardware import lookup_gpu
 from servekit.plan import PlanInputs
@@ -25,22 +22,10 @@ from servekit.plan.quantization import mxfp4_moe_backend
 from servekit.plan.weights import mxfp4_expert_bytes, weights_per_gpu
 from servekit.units import GIB
 
-CONFIGS = Path(__file__).parents[2] / "benchmarks/corpus/real-startups/configs.jsonl"
-
-
-def _config(model: str) -> dict[str, Any]:
-    """The corpus config.json of `model`."""
-    for line in CONFIGS.read_text().splitlines():
-        entry = json.loads(line) if line.strip() else {}
-        if entry.get("model") == model:
-            config: dict[str, Any] = entry["config"]
-            return config
-    raise KeyError(model)
-
 
 def _gpt_oss(model: str, gpu: str, tp: int, version: str) -> PlanInputs:
     """Planner inputs for a gpt-oss checkpoint from its config, on a GPU and release."""
-    facts = model_facts_from_config(_config(model))
+    facts = model_facts_from_config(corpus_config(model))
     spec = model_spec(model, facts.architecture, facts.quantization, facts.quantized_layers)
     return PlanInputs(
         model=spec,

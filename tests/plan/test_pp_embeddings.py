@@ -5,28 +5,17 @@ them on the first and last stage only."""
 from __future__ import annotations
 
 import dataclasses
-import json
-from pathlib import Path
-from typing import Any
+
+from known_models import corpus_config
 
 from servekit.hardware import lookup_gpu
 from servekit.plan.inputs import PlanInputs, model_spec
 from servekit.plan.model_config import model_facts_from_config
 from servekit.plan.weights import weights_per_gpu
 
-CONFIGS = Path(__file__).resolve().parents[2] / "benchmarks/corpus/real-startups/configs.jsonl"
-
-
-def _config(model: str) -> dict[str, Any]:
-    for line in CONFIGS.read_text(encoding="utf-8").splitlines():
-        entry = json.loads(line)
-        if entry["model"] == model:
-            return dict(entry["config"])
-    raise AssertionError(model)
-
 
 def _embeddings(model: str, *, tp: int, pp: int) -> tuple[bool, float]:
-    arch = model_facts_from_config(_config(model)).architecture
+    arch = model_facts_from_config(corpus_config(model)).architecture
     inputs = PlanInputs(model=model_spec("m", arch, "bf16"), gpu=lookup_gpu("h100"), draft=None,
                         max_model_len=8192, tensor_parallel_size=tp,
                         pipeline_parallel_size=pp)  # fmt: skip
@@ -50,7 +39,7 @@ def test_llama_keeps_one_table_per_end_stage() -> None:
 
 def test_without_pipeline_parallelism_the_fact_changes_nothing() -> None:
     """At PP1 every family holds both tables either way."""
-    arch = model_facts_from_config(_config("Qwen/Qwen3-30B-A3B-Instruct-2507")).architecture
+    arch = model_facts_from_config(corpus_config("Qwen/Qwen3-30B-A3B-Instruct-2507")).architecture
     plain = dataclasses.replace(arch, embeddings_on_every_stage=False)
     gpu = lookup_gpu("h100")
     a, b = (weights_per_gpu(PlanInputs(model=model_spec("m", x, "bf16"), gpu=gpu, draft=None,
