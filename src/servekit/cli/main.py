@@ -39,8 +39,8 @@ COMMANDS: dict[str, Entry] = {
                   "[--follow]) or analyze a log file."),
     "plan": Entry("plan", "plan_command", "Plan per-GPU memory: weights, activations, CUDA "
                   "graphs, KV cache and capacity."),
-    "profiles": Entry("profiles", "profiles_group", "List and show deployment profiles "
-                      "(built-in and user YAML files)."),
+    "profiles": Entry("profiles", "profiles_group", "List, show and create deployment "
+                      "profiles (built-in and user YAML files)."),
     "render": Entry("render", "render_command", "Render exact launch artifacts: vllm serve "
                     "args, docker run, compose, k8s or a script."),
     "report": Entry("report", "report_command", "Write report.html (self-contained), "
