@@ -53,8 +53,14 @@ _LENGTH_KEYS = (
     "model_max_length", "max_target_positions", "max_sequence_length", "max_seq_length",
     "seq_len",
 )  # fmt: skip
-# RoPE types whose max_position_embeddings already holds the scaled length.
-_PRESCALED_ROPE = {"su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling"}
+# RoPE types whose max_position_embeddings already holds the scaled length, per release
+# (vllm/config/model.py _get_and_verify_max_len): up to 0.28.0 only su, longrope and llama3,
+# and YaRN restarts from original_max_position_embeddings before the factor is applied; from
+# 0.30.0 (read in the 0.30.0 wheel; 0.29 not read) YaRN and its DeepSeek variants are taken
+# as already scaled too.
+_PRESCALED_ROPE_OLD = frozenset({"su", "longrope", "llama3"})
+_PRESCALED_ROPE = _PRESCALED_ROPE_OLD | {"yarn", "deepseek_yarn", "deepseek_llama_scaling"}
+_YARN_PRESCALED_FROM = (0, 30, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,8 +104,11 @@ def _text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
     return {**config, **text} if isinstance(text, Mapping) else config
 
 
-def derived_max_model_len(config: Mapping[str, Any]) -> tuple[int, str]:
-    """The max_model_len vLLM derives from a config when none is given, and its source.
+def derived_max_model_len(
+    config: Mapping[str, Any], version: str = NEWEST_KNOWN_ENGINE
+) -> tuple[int, str]:
+    """The max_model_len vLLM `version` derives from a config when none is given, and its
+    source.
 
     Raises:
         ConfigError: the config states no length key.
@@ -121,11 +130,19 @@ def derived_max_model_len(config: Mapping[str, Any]) -> tuple[int, str]:
     if isinstance(rope, Mapping) and "gemma3" not in model_type:
         kind = rope.get("rope_type") or rope.get("type")
         factor = rope.get("factor")
-        if kind not in _PRESCALED_ROPE and isinstance(factor, int | float) and factor > 0:
+        new_rule = release_or_zero(version) >= _YARN_PRESCALED_FROM
+        prescaled = _PRESCALED_ROPE if new_rule else _PRESCALED_ROPE_OLD
+        original = rope.get("original_max_position_embeddings")
+        if kind not in prescaled and isinstance(factor, int | float) and factor > 0:
+            if kind == "yarn" and isinstance(original, int) and original > 0:
+                length, note = (
+                    float(original),
+                    f"rope_scaling original_max_position_embeddings {original}",
+                )
             length *= factor
-            note += f" x rope_scaling factor {factor} ({kind})"
-        elif kind in _PRESCALED_ROPE:
-            note += f" ({kind} RoPE: already the scaled length)"
+            note += f" x rope_scaling factor {factor} ({kind}, vLLM {version})"
+        elif kind in prescaled:
+            note += f" ({kind} RoPE: already the scaled length in vLLM {version})"
     return int(length), f"max_model_len {int(length)}: {note} (vLLM's default when unset)"
 
 
@@ -200,7 +217,7 @@ def fill_serve_defaults(
         sources.append(f"serve_args set with --set: {', '.join(args)}")
     version = str(document["engine"]["version"])
     if "max_model_len" not in args:
-        args["max_model_len"], why = derived_max_model_len(config)
+        args["max_model_len"], why = derived_max_model_len(config, version)
         sources.append(why)
     if "tensor_parallel_size" not in args:
         args["tensor_parallel_size"] = split_gpus(gpus, args)
@@ -218,7 +235,9 @@ def fill_serve_defaults(
             f"({batch.reason}; {cap})"
         )
     if not seqs_set:
-        budget = args["max_num_batched_tokens"]
+        # a max_model_len that is not a number left no token default: the profile's
+        # validation names the bad value below
+        budget = args.get("max_num_batched_tokens", batch.max_num_batched_tokens)
         args["max_num_seqs"] = min(seqs, budget) if isinstance(budget, int) else seqs
         sources.append(f"max_num_seqs {args['max_num_seqs']}: vLLM default ({batch.reason})")
     if "gpu_memory_utilization" not in args:

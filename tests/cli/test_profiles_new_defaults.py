@@ -1,0 +1,60 @@
+"""`servekit profiles new` defaults that depend on the vLLM release (max_model_len under YaRN
+scaling) and `--set` values that are not numbers (one line, never a traceback)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from servekit.cli.main import cli
+from servekit.plan.new_profile import derived_max_model_len
+
+# Qwen3-8B with the YaRN block Qwen documents for 128K context (factor 4 over 32768).
+QWEN3_YARN = {
+    "model_type": "qwen3", "max_position_embeddings": 40960,
+    "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+                     "original_max_position_embeddings": 32768},
+}  # fmt: skip
+
+
+def test_yarn_length_restarts_from_the_original_length_before_0_30() -> None:
+    """vLLM <= 0.28 (config/model.py): YaRN's length is original x factor = 131072."""
+    assert derived_max_model_len(QWEN3_YARN, "0.19.0")[0] == 131072
+    assert derived_max_model_len(QWEN3_YARN, "0.28.0")[0] == 131072
+
+
+def test_yarn_length_is_taken_as_already_scaled_from_0_30() -> None:
+    """vLLM >= 0.30 takes max_position_embeddings of a YaRN config as the scaled length."""
+    assert derived_max_model_len(QWEN3_YARN, "0.30.0")[0] == 40960
+    assert derived_max_model_len(QWEN3_YARN)[0] == 40960  # the newest release known
+
+
+def test_llama3_scaling_is_already_scaled_in_every_release() -> None:
+    """Llama 3's rope_type llama3 never multiplies the length."""
+    llama = {"max_position_embeddings": 131072,
+             "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}  # fmt: skip
+    assert derived_max_model_len(llama, "0.19.0")[0] == 131072
+
+
+@pytest.mark.parametrize("value", ["abc", "128k", "1.5"])
+def test_a_max_model_len_that_is_not_a_number_is_one_line(value: str, tmp_path: Path) -> None:
+    """--set max_model_len=abc: one line naming the key and the value, exit 1 (was a
+    KeyError traceback when max_num_seqs was not set too)."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(QWEN3_YARN | {
+        "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "num_hidden_layers": 36, "intermediate_size": 12288, "vocab_size": 151936,
+        "head_dim": 128}), encoding="utf-8")  # fmt: skip
+    for command in (["profiles", "new", "x"], ["plan"]):
+        args = [*command, "--model-config", str(path), "--gpu", "h100", "--gpus", "1",
+                "--set", f"max_model_len={value}"]  # fmt: skip
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code in {1, 2}, result.output
+        assert result.exception is None or isinstance(result.exception, SystemExit)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1, result.stderr
+        assert "max_model_len" in lines[0]
+        assert value in lines[0]
