@@ -58,3 +58,18 @@ def test_a_max_model_len_that_is_not_a_number_is_one_line(value: str, tmp_path: 
         assert len(lines) == 1, result.stderr
         assert "max_model_len" in lines[0]
         assert value in lines[0]
+
+
+def test_model_path_is_a_repo_id_or_this_machines_directory(tmp_path: Path) -> None:
+    """A config's `_name_or_path` is kept when it is a Hugging Face repo id; a filesystem path
+    (another machine's) is replaced by the config's own directory; a model directory is
+    written resolved."""
+    from servekit.cli._model_profile import checkpoint_path
+
+    config = tmp_path / "config.json"
+    repo = {"_name_or_path": "meta-llama/Llama-3.1-8B-Instruct"}
+    assert checkpoint_path(repo, config, is_dir=False) == "meta-llama/Llama-3.1-8B-Instruct"
+    elsewhere = {"_name_or_path": "/nfs/ofs-llm-ssd/models/Meta-Llama-3.1-8B-Instruct"}
+    assert checkpoint_path(elsewhere, config, is_dir=False) == str(tmp_path.resolve())
+    assert checkpoint_path({}, config, is_dir=False) == str(tmp_path.resolve())
+    assert checkpoint_path(repo, Path("."), is_dir=True) == str(Path(".").resolve())

@@ -7,6 +7,7 @@ version (`servekit.plan.new_profile`) and validates the result with the `--set` 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -77,9 +78,7 @@ def build_profile(
     config = checkpoint.config if checkpoint else read_config_json(model_config)
     facts = model_facts_from_config(config)
     shown = f"{model_config.name}/{CONFIG_FILE}" if checkpoint else model_config.name
-    model_path = str(config.get("_name_or_path") or model_config.resolve().parent)
-    if checkpoint is not None:
-        model_path = str(model_config)
+    model_path = checkpoint_path(config, model_config, is_dir=checkpoint is not None)
     document = new_profile_document(
         name, facts, config, gpu, gpus, model_path=model_path, engine_version=version,
         from_file=shown,
@@ -90,3 +89,18 @@ def build_profile(
         fill=lambda data: fill_serve_defaults(data, config, gpu, gpus),
     )
     return profile, checkpoint
+
+
+def checkpoint_path(config: dict[str, Any], model_config: Path, *, is_dir: bool) -> str:
+    """model.path for the profile: the model directory given; for a bare config.json its
+    `_name_or_path` when that is a Hugging Face repo id (vLLM downloads it), else the
+    config's own directory (a path on another machine would not be this checkpoint)."""
+    if is_dir:
+        return str(model_config.resolve())
+    name = config.get("_name_or_path")
+    if isinstance(name, str) and _REPO_ID.fullmatch(name):
+        return name
+    return str(model_config.resolve().parent)
+
+
+_REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
