@@ -73,3 +73,43 @@ def test_model_path_is_a_repo_id_or_this_machines_directory(tmp_path: Path) -> N
     assert checkpoint_path(elsewhere, config, is_dir=False) == str(tmp_path.resolve())
     assert checkpoint_path({}, config, is_dir=False) == str(tmp_path.resolve())
     assert checkpoint_path(repo, Path("."), is_dir=True) == str(Path(".").resolve())
+
+
+def test_query_heads_not_a_multiple_of_kv_heads_is_one_line(tmp_path: Path) -> None:
+    """32 query heads over 6 KV heads cannot be grouped: one line naming both, exit 1."""
+    config = {"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32,
+              "num_key_value_heads": 6, "num_hidden_layers": 32, "intermediate_size": 14336,
+              "vocab_size": 128256, "max_position_embeddings": 8192}  # fmt: skip
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config), encoding="utf-8")
+    result = CliRunner().invoke(cli, ["plan", "--model-config", str(path), "--gpu", "h100",
+                                      "--gpus", "2"])  # fmt: skip
+    assert result.exit_code == 1
+    assert "num_attention_heads 32 is not a multiple of num_kv_heads 6" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_tp_error_from_model_config_points_at_the_flags(tmp_path: Path) -> None:
+    """TP 3 over 32 heads from --model-config: the fix names --gpus and --set, not a file."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "llama", "hidden_size": 4096,
+                                "num_attention_heads": 32, "num_key_value_heads": 8,
+                                "num_hidden_layers": 32, "intermediate_size": 14336,
+                                "vocab_size": 128256, "max_position_embeddings": 8192}),
+                    encoding="utf-8")  # fmt: skip
+    result = CliRunner().invoke(cli, ["plan", "--model-config", str(path), "--gpu", "h100",
+                                      "--gpus", "3"])  # fmt: skip
+    assert result.exit_code == 1
+    assert "does not divide the 32 attention heads" in result.stderr
+    assert "choose --gpus" in result.stderr
+    assert "correct the profile" not in result.stderr
+
+
+def test_an_ambiguous_gpu_name_names_both() -> None:
+    """`a100` is the 40 GB or the 80 GB card: an error naming both, not 'unknown'."""
+    from servekit.errors import ConfigError
+    from servekit.hardware import lookup_gpu
+
+    with pytest.raises(ConfigError, match="ambiguous: it names A100-40GB-SXM or A100-80GB-SXM"):
+        lookup_gpu("a100")
+    assert lookup_gpu("a100-80gb").name == "A100-80GB-SXM"

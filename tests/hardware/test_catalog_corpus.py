@@ -42,7 +42,7 @@ def test_every_corpus_gpu_is_in_the_catalog(entry: dict[str, object]) -> None:
     expected = _expected(str(entry["id"]))
     printed = _printed_name(str(entry["gpu"]))
     if printed == "NVIDIA A100":  # 40 or 80 GB: ambiguous, so an error naming both
-        with pytest.raises(ConfigError, match="A100-40GB-SXM, A100-80GB-SXM"):
+        with pytest.raises(ConfigError, match="ambiguous: it names A100-40GB-SXM or A100-80GB-SXM"):
             lookup_gpu(printed)
     else:
         assert lookup_gpu(printed).name == expected

@@ -116,6 +116,14 @@ def lookup_gpu(name: str) -> GpuSpec:
     bare = key.removeprefix("nvidia")
     canonical = aliases.get(key) or aliases.get(bare)
     if canonical is None:
+        starts = [
+            n for n in gpu_names() if len(bare) >= 3 and normalize_gpu_name(n).startswith(bare)
+        ]
+        if len(starts) > 1:
+            raise ConfigError(
+                f"GPU {name!r} is ambiguous: it names {' or '.join(starts)}",
+                fix=f"name one of them (aliases: {LIST_COMMAND})",
+            )
         close = [n for n in gpu_names() if bare and bare in normalize_gpu_name(n)]
         near = difflib.get_close_matches(key, list(aliases), n=6, cutoff=0.6)
         close = list(dict.fromkeys([*close, *(aliases[k] for k in near)]))[:3]

@@ -55,6 +55,12 @@ def tensor_parallel_error(
         raise_as: exception class to raise (ValueError inside pydantic validation).
     """
     heads = arch.num_attention_heads
+    if arch.attention != "mla" and heads % arch.num_kv_heads:
+        raise raise_as(
+            f"num_attention_heads {heads} is not a multiple of num_kv_heads {arch.num_kv_heads}: "
+            "grouped-query attention shares each KV head among a whole group of query heads; "
+            "check the model's architecture facts"
+        )
     if heads % tp:
         sizes = [d for d in divisors(heads) if d <= _MAX_SUGGESTED_TP]
         raise raise_as(
