@@ -86,12 +86,23 @@ def plan_document(weights: float, kv: float, tokens: int, concurrency: float) ->
 def test_corpus_meets_the_must_show_bounds() -> None:
     """Issue #15: weights within 2% on >= 90%, available KV within max(5%, 1 GiB) on >= 80%,
     KV tokens within 5% on >= 80% of the repo corpus's entries that print and can predict it."""
-    stats = {s.figure: s for s in distribution(run_corpus(read_corpus(CORPUS)))}
+    results = run_corpus(read_corpus(CORPUS))
+    stats = {s.figure: s for s in distribution(results)}
     report = {name: (s.within, s.compared, s.misses) for name, s in stats.items()}
+    # how many entries each figure is compared on: an entry dropping to "incomplete" must show
+    assert {n: stats[n].compared for n in ("weights", "available_kv", "kv_tokens")} == {
+        "weights": 17, "available_kv": 16, "kv_tokens": 18}, report  # fmt: skip
     for name, share in (("weights", 0.9), ("available_kv", 0.8), ("kv_tokens", 0.8)):
         s = stats[name]
-        assert s.compared >= 1, report
         assert (s.share_within or 0.0) >= share, report
+    # the token bound also holds on the end-to-end predictions alone (without the entries
+    # whose own budget is unknown and whose tokens are planned at the logged KV memory)
+    compared = {"within", "outside"}
+    own = [f for r in results for f in r.figures
+           if f.figure == "kv_tokens" and f.basis == "plan" and f.status in compared]  # fmt: skip
+    assert sum(f.status == "within" for f in own) >= 0.8 * len(own), [
+        (f.status, f.error) for f in own
+    ]
 
 
 def test_join_by_corpus_model_string() -> None:
