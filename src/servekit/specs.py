@@ -387,6 +387,7 @@ class GpuSpec:
     sources: tuple[str, ...] = field(default=())
     device_name: str = ""  # the name NVML and torch report, e.g. "NVIDIA H100 80GB HBM3"
     unified_memory: bool = False  # CPU and GPU share one memory (GB10): NVML reports no total
+    sm_count: int | None = None  # streaming multiprocessors; None where the catalog has none
 
     @property
     def sm(self) -> int:

@@ -29,3 +29,21 @@ def test_unknown_gpu_suggests() -> None:
     with pytest.raises(ConfigError, match=r"unknown GPU 'H10'.*known GPUs"):
         lookup_gpu("H10")
     assert "L40S" in gpu_names()
+
+
+# Streaming multiprocessors per catalog GPU: the table activations.py kept before the catalog
+# carried them (datasheets and architecture whitepapers, cited in each entry's sources).
+SM_COUNTS = {
+    "A800-80GB-SXM": 108, "A100-80GB-SXM": 108, "A100-40GB-SXM": 108, "A10": 72, "L4": 58,
+    "L40S": 142, "RTX-3090": 82, "H800-SXM": 132, "H100-80GB-SXM": 132, "H200-SXM": 132,
+    "GH200": 132, "H20": 78, "B200": 148, "GB10": 48,
+}  # fmt: skip
+
+
+def test_every_gpu_has_its_sm_count_with_a_source() -> None:
+    """Every catalog entry states its SM count, and one of its sources cites it."""
+    assert set(SM_COUNTS) == set(gpu_names())
+    for name, count in SM_COUNTS.items():
+        gpu = lookup_gpu(name)
+        assert gpu.sm_count == count, name
+        assert any(s.startswith(f"sm_count: {count} SMs") for s in gpu.sources), name

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -167,6 +168,14 @@ def test_triton_buffer_is_one_vocab_row_per_sm() -> None:
     a100 = _inputs("0.19.0", gpu=lookup_gpu("A100-80GB"))
     assert triton_buffer_bytes(a100, 1024) == 108 * 128256 * 4
     assert triton_buffer_bytes(_inputs("0.16.0"), 1024) == 0
+
+
+def test_sm_count_reads_the_catalog_and_falls_back_to_its_largest() -> None:
+    """sm_count is the catalog entry's; a GPU without one takes the catalog's largest (B200)."""
+    assert sm_count(lookup_gpu("H20")) == 78
+    assert sm_count(lookup_gpu("GH200")) == 132
+    unknown = replace(lookup_gpu("H100"), name="H100-PCIE", sm_count=None)
+    assert sm_count(unknown) == 148
 
 
 def test_cublas_workspace_by_compute_capability() -> None:

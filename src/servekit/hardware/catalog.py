@@ -31,6 +31,7 @@ class _GpuEntry(BaseModel):
     compute_capability: str = Field(pattern=r"^\d+\.\d+$")
     fp8: bool
     bf16_dense_tflops: float = Field(gt=0)
+    sm_count: int | None = Field(default=None, gt=0)
     sources: list[str] = Field(min_length=1)
 
 
@@ -76,6 +77,7 @@ def _load() -> tuple[dict[str, GpuSpec], dict[str, str]]:
             sources=tuple(entry.sources),
             device_name=entry.device_name,
             unified_memory=entry.unified_memory,
+            sm_count=entry.sm_count,
         )
         for alias in [name, entry.device_name, *entry.aliases]:
             key = normalize_gpu_name(alias)

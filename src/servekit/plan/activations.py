@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from servekit.hardware import load_catalog
 from servekit.plan.engine_rules import SamplerKernel
 from servekit.plan.inputs import PlanInputs
 from servekit.plan.weights import kv_heads_per_rank
@@ -55,36 +56,15 @@ class LogitTensor:
     source: str
 
 
-# Streaming multiprocessors per GPU (NVIDIA datasheets and architecture whitepapers), the
-# rows of vLLM's cached Triton top-k/top-p buffer. The first name contained in the GPU's
-# catalog name wins (so H200 before H20, A100 before A10, L40 before L4).
-_SM_COUNTS: tuple[tuple[str, int], ...] = (
-    ("GB10", 48),  # DGX Spark GB10: 6,144 CUDA cores, 128 per SM
-    ("B200", 148),  # Blackwell B200 datasheet
-    ("H100-PCIE", 114),  # H100 PCIe: 114 SMs (Hopper whitepaper)
-    ("H100", 132),  # H100 SXM: 132 SMs (Hopper whitepaper)
-    ("H200", 132),  # H200 and GH200: the H100 SXM die
-    ("H800", 132),  # H800 SXM: the H100 SXM die
-    ("H20", 78),  # H20: 78 SMs (NVIDIA H20 product brief)
-    ("A100", 108),  # A100: 108 SMs (Ampere GA100 whitepaper)
-    ("A800", 108),  # A800: the A100 die
-    ("A10", 72),  # A10: 72 SMs (GA102)
-    ("L40", 142),  # L40 / L40S: 142 SMs (AD102)
-    ("L4", 58),  # L4: 58 SMs (AD104)
-    ("4090", 128),  # RTX 4090: 128 SMs (AD102)
-    ("3090", 82),  # RTX 3090: 82 SMs (GA102)
-)
-# An unlisted GPU: the largest SM count above, so the buffer is not under-counted.
-_SM_COUNT_UNKNOWN = max(count for _, count in _SM_COUNTS)
-
-
 def sm_count(gpu: GpuSpec) -> int:
-    """Streaming multiprocessors of `gpu` (the largest known count for an unlisted part)."""
-    name = gpu.name.upper().replace(" ", "-")
-    for part, count in _SM_COUNTS:
-        if part in name:
-            return count
-    return _SM_COUNT_UNKNOWN
+    """Streaming multiprocessors of `gpu`, the rows of vLLM's cached Triton top-k/top-p buffer.
+
+    The GPU catalog's `sm_count`; for a GPU without one, the largest count in the catalog,
+    so the buffer is not under-counted.
+    """
+    if gpu.sm_count is not None:
+        return gpu.sm_count
+    return max(spec.sm_count for spec in load_catalog().values() if spec.sm_count is not None)
 
 
 _RUNNER = "v1/worker/gpu_model_runner.py _dummy_sampler_run"
