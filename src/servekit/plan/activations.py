@@ -24,8 +24,9 @@ ROUTER_LOGIT_BYTES = 4
 # Items per prompt vLLM V1 allows a modality limit_mm_per_prompt leaves unset
 # (config/multimodal.py get_limit_per_prompt, 0.10.1 to 0.32.0).
 MM_LIMIT_PER_PROMPT = 999
-# First release checked whose multimodal budget takes floor(budget / T) items, capped by
-# max_model_len // T per prompt (0.10.1 v1/worker/utils.py; 0.9.1 took ceil).
+# From this release the multimodal budget takes floor(budget / T) items, capped by
+# max_model_len // T per prompt: read in 0.10.1 (v1/worker/utils.py), while 0.9.1 took ceil;
+# 0.10.0 was not read and is taken to behave as 0.10.1.
 MM_FLOOR_ITEMS_FROM = (0, 10, 0)
 # Releases whose HF Pixtral encoder builds a dense block mask (xformers, which avoids it,
 # stopped being installed with vLLM in 0.12.0; 0.30.0 runs it on an attention backend
