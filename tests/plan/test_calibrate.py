@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from click.testing import CliRunner
 
 from servekit.cli.main import cli
 from servekit.hardware import lookup_gpu
-from servekit.plan import make_plan, plan_inputs
+from servekit.plan import calibrate, make_plan, plan_inputs
 from servekit.plan.calibrate import calibrated_non_torch, measured_calibration
 from servekit.plan.reconcile import OVERHEAD_TERM, attribute_kv, attribution_lines
 from servekit.plan.startup_log import parse_startup_log
@@ -173,3 +174,83 @@ def test_calibrate_leaves_a_file_that_is_not_a_profile_alone(
     assert code == 1
     assert len(err.strip().splitlines()) == 1
     assert other.read_text(encoding="utf-8") == "shopping: [milk, eggs]\n"
+
+
+def test_calibrated_plan_uses_the_measured_cuda_graphs(deployment: tuple[Path, Path]) -> None:
+    """After calibrating, the plan's CUDA-graph term for that GPU and version is the
+    measured 0.91 GiB ("Graph capturing finished ... took 0.91 GiB"), shown as measured;
+    outside the budget at 0.19.0, so the KV cache is what it was with the overhead alone."""
+    profile, log = deployment
+    code, _, err = run("plan", str(profile), "--calibrate-from-log", str(log))
+    assert code == 0, err
+    after = json.loads(run("plan", str(profile), "--json")[1])
+    assert after["per_gpu"]["cuda_graphs_gib"] == pytest.approx(0.91)
+    assert after["per_gpu"]["kv_cache_gib"] == pytest.approx(
+        58.11 + 14.99 - after["per_gpu"]["weights_gib"], abs=0.01
+    )
+    out = run("plan", str(profile))[1]
+    graphs_row = next(line for line in out.splitlines() if "CUDA graphs" in line)
+    assert "measured from startup.log" in graphs_row
+    assert "outside the budget" in out.split("CUDA graphs", 1)[1].split("KV cache", 1)[0]
+
+
+def test_measured_graphs_in_the_budget_reproduce_the_logged_kv(
+    deployment: tuple[Path, Path],
+) -> None:
+    """With the graph estimate in the budget, the entry's CUDA-graph figure is the estimate
+    vLLM subtracted (0.84 GiB), and the calibrated plan subtracts exactly it: planned KV =
+    logged KV + the weights' own gap."""
+    profile_file, log = deployment
+    _, plan, figures = _plan_and_figures(profile_file, log)
+    inputs = dataclasses.replace(plan.inputs, estimate_cudagraphs=True)
+    entry = measured_calibration(
+        make_plan(inputs), figures, engine_version="0.19.0", source="measured"
+    )
+    assert entry.cuda_graph_gib == pytest.approx(0.84)
+    graphs = calibrate.calibrated_graphs(entry, inputs)
+    calibrated = make_plan(
+        inputs, non_torch_bytes=calibrated_non_torch(entry, inputs), graph_bytes=graphs
+    )
+    assert to_gib(calibrated.graphs.total_bytes) == pytest.approx(0.84)
+    weights_gap = 14.99 - to_gib(calibrated.weights.total_bytes)
+    assert to_gib(calibrated.kv_cache_bytes) == pytest.approx(58.11 + weights_gap, abs=0.005)
+    eager = dataclasses.replace(inputs, enforce_eager=True)
+    assert calibrate.calibrated_graphs(entry, eager) is None
+
+
+def test_calibrate_writes_only_the_files_own_entries(
+    deployment: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A profile that `extends:` one with a calibration entry gets only its own entries plus
+    the new one; the parent's entry stays in the parent."""
+    parent, log = deployment
+    data = yaml.safe_load(parent.read_text(encoding="utf-8"))
+    data["calibration"] = [{
+        "gpu": "A100-80GB-SXM", "engine_version": "0.19.0", "non_kv_overhead_gib": 2.0,
+        "source": "measured from a100.log on 2026-01-01",
+    }]  # fmt: skip
+    parent.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    child = tmp_path / "child.yaml"
+    child.write_text("name: child\nextends: llama8b.yaml\n", encoding="utf-8")
+    code, _, err = run("plan", str(child), "--calibrate-from-log", str(log))
+    assert code == 0, err
+    entries = yaml.safe_load(child.read_text(encoding="utf-8"))["calibration"]
+    assert [e["gpu"] for e in entries] == ["H100-80GB-SXM"]
+    assert len(yaml.safe_load(parent.read_text(encoding="utf-8"))["calibration"]) == 1
+    assert load_profile(str(child)).calibration[0].gpu == "H100-80GB-SXM"
+
+
+def test_calibrate_validates_before_writing(
+    deployment: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A calibrated document that would not validate is refused in one line, and the file
+    is never written."""
+    profile, log = deployment
+    before = profile.read_text(encoding="utf-8")
+    bad = [{"gpu": "H100-80GB-SXM", "engine_version": "0.19.0", "non_kv_overhead_gib": -1.0,
+            "source": "measured"}]  # fmt: skip
+    monkeypatch.setattr("servekit.plan.calibrate.replace_calibration", lambda *_: bad)
+    code, _, err = run("plan", str(profile), "--calibrate-from-log", str(log))
+    assert code == 1
+    assert len(err.strip().splitlines()) == 1
+    assert profile.read_text(encoding="utf-8") == before

@@ -525,6 +525,7 @@ def test_v0_profiling_sentence() -> None:
     assert figures.weights_gib == pytest.approx(15.6841)
     assert figures.available_kv_gib == pytest.approx(5.34)
     assert figures.gpu_memory_utilization == pytest.approx(0.90)
+    assert figures.total_memory_gib == pytest.approx(23.56)
     assert figures.activation_peak_gib == pytest.approx(0.12)
     assert figures.non_torch_gib == pytest.approx(0.06)
     assert figures.gpu_blocks == 3646
@@ -552,3 +553,26 @@ def test_v1_usage_line_banner_and_host_pool() -> None:
     figures = parse_startup_log(combined)
     assert figures.kv_cache_tokens == 1_048_576
     assert figures.max_concurrency == pytest.approx(128.0)
+
+
+def test_v1_utilization_and_total_memory_from_a_real_019_log() -> None:
+    """vLLM 0.19 states gpu_memory_utilization in its non-default args and DEBUG usage line
+    and the device total in "Free memory on device (free/total GiB)" (corpus entry
+    llmd-llama31-8b-h100-tp1): both are read."""
+    entry = next(e for e in _corpus_entries() if e["id"] == "llmd-llama31-8b-h100-tp1")
+    figures = parse_startup_log("\n".join(entry["log_lines"]))  # type: ignore[arg-type]
+    assert figures.gpu_memory_utilization == pytest.approx(0.95)
+    assert figures.total_memory_gib == pytest.approx(79.19)
+    args = (
+        "(APIServer pid=1) INFO 04-22 00:03:35 [entrypoints/utils.py:233] non-default args: "
+        "{'model': 'm', 'max_model_len': 8192, 'gpu_memory_utilization': 0.92}"
+    )
+    assert parse_startup_log(args).gpu_memory_utilization == pytest.approx(0.92)
+    desired = "DEBUG [gpu_worker.py:661] Desired GPU memory utilization is (0.8, 63.35 GiB)."
+    assert parse_startup_log(desired).gpu_memory_utilization == pytest.approx(0.8)
+    error = (
+        "ValueError: Free memory on device cuda:0 (30.1/79.19 GiB) on startup is less than "
+        "desired GPU memory utilization (0.9, 71.27 GiB)."
+    )
+    figures = parse_startup_log(error)
+    assert (figures.total_memory_gib, figures.gpu_memory_utilization) == (79.19, 0.9)

@@ -12,7 +12,7 @@ from servekit.cli._log_file import log_line_batches
 from servekit.cli._model_profile import build_profile
 from servekit.cli._profile_io import write_atomically
 from servekit.errors import ConfigError, StartupLogError, UsageError
-from servekit.plan.calibrate import measured_calibration, replace_calibration
+from servekit.plan.calibrate import calibration_document, measured_calibration
 from servekit.plan.checkpoint import CheckpointInfo
 from servekit.plan.fit import MemoryPlan
 from servekit.plan.startup_log import StartupFigures, StartupLogScanner
@@ -84,9 +84,13 @@ def calibrate_profile(
 ) -> Path:
     """Write the log's measured overheads into PROFILE's file, atomically; return the file.
 
+    Only the file's own calibration entries are kept (not those it inherits through
+    `extends:`), and the new document is validated before the file is written.
+
     Raises:
         UsageError: no profile file to write (--model-config, a built-in).
-        ConfigError: the file is not a profile mapping named as the loaded profile.
+        ConfigError: the file is not a profile mapping named as the loaded profile, the log
+            is of another version or utilization, or the new document does not validate.
     """
     if profile is None:
         raise UsageError(
@@ -102,7 +106,7 @@ def calibrate_profile(
         plan, figures, engine_version=figures.vllm_version or prof.engine.version,
         source=f"measured from {log.name} on {today}",
     )  # fmt: skip
-    data["calibration"] = replace_calibration(list(prof.calibration), entry)
+    merged = load_profile(str(path), extra_dirs=profiles_dirs)  # the file as it is, no --set
+    data["calibration"] = calibration_document(data.get("calibration") or [], entry, merged)
     write_atomically(path, yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
-    load_profile(str(path), extra_dirs=profiles_dirs)  # still valid (it was before)
     return path

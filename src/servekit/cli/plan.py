@@ -18,11 +18,11 @@ from servekit.cli._plan_source import calibrate_profile, plan_profile, read_figu
 from servekit.cli._values import FiniteFloat
 from servekit.errors import PlanError
 from servekit.hardware import lookup_gpu
-from servekit.plan import make_plan, plan_inputs, plan_to_json
-from servekit.plan.calibrate import calibrated_non_torch, calibration_for
+from servekit.plan import plan_inputs, plan_to_json
+from servekit.plan.calibrate import calibrated_plan
 from servekit.plan.checkpoint import architecture_from_config, read_checkpoint
 from servekit.plan.fit import NON_TORCH_INCREASE_BYTES, misfit_parts
-from servekit.plan.reconcile import attribute_kv, reconcile, reconcile_to_json
+from servekit.plan.reconcile import attribute_kv, log_mismatches, reconcile, reconcile_to_json
 from servekit.report.plan_view import plan_view
 from servekit.results.plan import CheckpointBlock
 from servekit.units import GIB
@@ -39,7 +39,8 @@ _LOG = click.Path(exists=True, dir_okay=False, path_type=Path)
 @click.option(
     "--calibrate-from-log",
     type=_LOG,
-    help="Write the log's measured overheads into PROFILE's file for its GPU and version.",
+    help="Write the log's measured overheads and CUDA graphs into PROFILE's file for its GPU and "
+    "version (the log must be of the plan's vLLM version and gpu_memory_utilization).",
 )
 @click.option(
     "--model-dir",
@@ -78,9 +79,7 @@ def plan_command(
     checkpoint = read_checkpoint(model_dir) if model_dir else checkpoint
     arch = architecture_from_config(checkpoint.config) if model_dir and checkpoint else None
     inputs = plan_inputs(prof, lookup_gpu(prof.hardware.gpu), arch)
-    measured = calibration_for(prof, inputs.gpu.name)
-    non_torch = calibrated_non_torch(measured, inputs) if measured else non_torch_gib * GIB
-    plan = make_plan(inputs, non_torch_bytes=non_torch)
+    plan, measured = calibrated_plan(prof, inputs, non_torch_gib * GIB)
     log = from_log or calibrate_from_log
     figures = read_figures(log) if log else None
     if calibrate_from_log is not None and figures is not None:
@@ -89,10 +88,11 @@ def plan_command(
     rows = reconcile(plan, figures) if figures else None
     failures = figures.failures if figures else ()
     explained = attribute_kv(plan, figures) if figures else None
+    mismatches = log_mismatches(plan, figures) if figures else ()
     if as_json:
         document = plan_to_json(plan)
         if rows is not None:
-            logged = reconcile_to_json(rows, failures, explained)
+            logged = reconcile_to_json(rows, failures, explained, mismatches)
             document = document.model_copy(update={"from_log": logged})
         if checkpoint is not None:
             block = CheckpointBlock(total_bytes=checkpoint.total_bytes,
@@ -100,7 +100,7 @@ def plan_command(
             document = document.model_copy(update={"checkpoint": block})
         emit_json(document.as_json())
     else:
-        view = plan_view(plan, rows, failures, checkpoint, explained, measured)
+        view = plan_view(plan, rows, failures, checkpoint, explained, measured, mismatches)
         stdout_console().print(view)
     if not plan.fits:
         message, fix = misfit_parts(plan)

@@ -32,6 +32,7 @@ class GraphPlan:
     full_sizes: tuple[int, ...]
     per_graph_bytes: float
     workspace_bytes: float
+    measured_bytes: float | None = None  # a calibration's measured figure, replacing the model
 
     @property
     def num_graphs(self) -> int:
@@ -40,7 +41,10 @@ class GraphPlan:
 
     @property
     def total_bytes(self) -> float:
-        """Graph memory: per-graph cost times graphs, plus the largest batch's workspace."""
+        """Graph memory: per-graph cost times graphs, plus the largest batch's workspace (or
+        the measured figure)."""
+        if self.measured_bytes is not None:
+            return self.measured_bytes
         if not self.num_graphs:
             return 0.0
         return self.per_graph_bytes * self.num_graphs + self.workspace_bytes

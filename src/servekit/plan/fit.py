@@ -74,9 +74,14 @@ class MemoryPlan:
 
 
 def make_plan(
-    inputs: PlanInputs, *, non_torch_bytes: float = NON_TORCH_INCREASE_BYTES
+    inputs: PlanInputs,
+    *,
+    non_torch_bytes: float = NON_TORCH_INCREASE_BYTES,
+    graph_bytes: float | None = None,
 ) -> MemoryPlan:
     """Return the memory plan for one configuration, never raising on a misfit.
+
+    `graph_bytes` is a measured CUDA-graph figure (a calibration) in place of the model's.
 
     A plan that does not fit has fits=False and, when some shorter context fits,
     largest_fitting_max_model_len set.
@@ -84,7 +89,7 @@ def make_plan(
     capacity, requested = _requested_bytes(inputs)
     weights = weights_per_gpu(inputs)
     acts = activation_peak(inputs)
-    graphs = graph_plan(inputs)
+    graphs = dataclasses.replace(graph_plan(inputs), measured_bytes=graph_bytes)
     non_kv = _budgeted_weights(inputs, weights) + acts.peak_bytes + non_torch_bytes
     kv_on, kv_off = _kv_budget(inputs, requested, non_kv, graphs.total_bytes)
     kv = kv_on if inputs.estimate_cudagraphs else kv_off
@@ -92,7 +97,7 @@ def make_plan(
     blocks = layout.num_blocks(kv)
     tokens = layout.tokens(blocks, inputs)
     fits = blocks >= layout.blocks_per_request(inputs)
-    largest = None if fits else _largest_fitting_len(inputs, non_torch_bytes)
+    largest = None if fits else _largest_fitting_len(inputs, non_torch_bytes, graph_bytes)
     plan = MemoryPlan(
         inputs=inputs,
         capacity_bytes=capacity,
@@ -152,18 +157,21 @@ def _requested_bytes(inputs: PlanInputs) -> tuple[float, float]:
     return capacity, math.ceil(capacity * inputs.gpu_memory_utilization)
 
 
-def _kv_fits(inputs: PlanInputs, non_torch_bytes: float) -> bool:
+def _kv_fits(inputs: PlanInputs, non_torch_bytes: float, graph_bytes: float | None) -> bool:
     """Whether one request of max_model_len fits the KV blocks (vLLM's start-up check)."""
     _, requested = _requested_bytes(inputs)
     weights = _budgeted_weights(inputs, weights_per_gpu(inputs))
     non_kv = weights + activation_peak(inputs).peak_bytes + non_torch_bytes
-    on, off = _kv_budget(inputs, requested, non_kv, graph_plan(inputs).total_bytes)
+    graphs = graph_plan(inputs).total_bytes if graph_bytes is None else graph_bytes
+    on, off = _kv_budget(inputs, requested, non_kv, graphs)
     layout = kv_layout(inputs)
     blocks = layout.num_blocks(on if inputs.estimate_cudagraphs else off)
     return blocks >= layout.blocks_per_request(inputs)
 
 
-def _largest_fitting_len(inputs: PlanInputs, non_torch_bytes: float) -> int | None:
+def _largest_fitting_len(
+    inputs: PlanInputs, non_torch_bytes: float, graph_bytes: float | None
+) -> int | None:
     """Largest max_model_len (a multiple of the block size) whose plan fits, by bisection.
 
     The search re-plans each candidate because a shorter context also shrinks the
@@ -171,7 +179,8 @@ def _largest_fitting_len(inputs: PlanInputs, non_torch_bytes: float) -> int | No
     """
 
     def fits(length: int) -> bool:
-        return _kv_fits(dataclasses.replace(inputs, max_model_len=length), non_torch_bytes)
+        shorter = dataclasses.replace(inputs, max_model_len=length)
+        return _kv_fits(shorter, non_torch_bytes, graph_bytes)
 
     step = inputs.block_size
     lo, hi = 0, inputs.max_model_len // step

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from servekit.plan.engine_rules import release_or_zero
 from servekit.plan.fit import MemoryPlan
 from servekit.plan.startup_log import LogFailure, StartupFigures
 from servekit.results.plan import FromLog, KvExplained, KvTermShare, LoggedFailure, LoggedFigure
@@ -55,10 +56,12 @@ def reconcile_to_json(
     rows: list[ReconcileRow],
     failures: tuple[LogFailure, ...] = (),
     explained: KvAttribution | None = None,
+    mismatches: tuple[str, ...] = (),
 ) -> FromLog:
-    """The comparison as plan --json's `from_log`: rounded figures, the log's failures and
-    the terms that explain the KV difference."""
+    """The comparison as plan --json's `from_log`: rounded figures, the log's failures, the
+    terms that explain the KV difference and what the log ran with unlike the plan."""
     return FromLog(
+        mismatches=list(mismatches),
         explained=None if explained is None else _explained_json(explained),
         figures=[
             LoggedFigure(
@@ -91,6 +94,8 @@ class KvAttribution:
         bytes_per_token_planned: KV bytes per token per GPU in the plan.
         bytes_per_token_logged: logged KV memory / logged tokens (blocks and hybrid groups
             make it differ from the plain per-token size).
+        requested_note: when the log requested other memory than the plan (another
+            gpu_memory_utilization or device total), the sentence that says so.
     """
 
     kv_gap_gib: float
@@ -99,6 +104,7 @@ class KvAttribution:
     memory_gap_pct: float
     bytes_per_token_planned: int
     bytes_per_token_logged: float | None
+    requested_note: str | None = None
 
     @property
     def biggest(self) -> str:
@@ -107,6 +113,49 @@ class KvAttribution:
 
 
 OVERHEAD_TERM = "activation peak + non-torch"
+REQUESTED_TERM = "requested (gpu_memory_utilization x total memory)"
+# The log prints GiB to 2 decimals: a smaller difference in total memory is rounding.
+_GIB_PRINTED = 0.006
+
+
+def _logged_request(plan: MemoryPlan, figures: StartupFigures) -> tuple[float, str] | None:
+    """The memory the log's engine requested (GiB) and a sentence comparing it with the
+    plan's, when its utilization or device total differs from the plan's; else None."""
+    i = plan.inputs
+    capacity = to_gib(plan.capacity_bytes)
+    utilization = figures.gpu_memory_utilization
+    total = figures.total_memory_gib
+    other_gmu = utilization is not None and abs(utilization - i.gpu_memory_utilization) > 1e-9
+    other_total = total is not None and abs(total - capacity) > _GIB_PRINTED
+    if not (other_gmu or other_total):
+        return None
+    gmu = i.gpu_memory_utilization if utilization is None else utilization
+    logged = (capacity if total is None else total) * gmu
+    planned = to_gib(plan.requested_bytes)
+    note = (
+        f"the log requested {gmu} x {capacity if total is None else total:.2f} GiB = "
+        f"{logged:.2f} GiB, the plan {i.gpu_memory_utilization} x {capacity:.2f} GiB = "
+        f"{planned:.2f} GiB: {planned - logged:+.2f} GiB of the KV gap is the request"
+    )
+    return logged, note
+
+
+def log_mismatches(plan: MemoryPlan, figures: StartupFigures) -> tuple[str, ...]:
+    """What the log ran with that differs from the plan: the vLLM version (its accounting)
+    and gpu_memory_utilization, one sentence each."""
+    found: list[str] = []
+    version, planned = figures.vllm_version, plan.inputs.engine_version
+    if version is not None and release_or_zero(version) != release_or_zero(planned):
+        found.append(
+            f"the log ran vLLM {version}, the plan follows {planned or 'the newest'}'s accounting"
+        )
+    utilization = figures.gpu_memory_utilization
+    if utilization is not None and abs(utilization - plan.inputs.gpu_memory_utilization) > 1e-9:
+        found.append(
+            f"the log ran at gpu_memory_utilization {utilization}, the plan at "
+            f"{plan.inputs.gpu_memory_utilization}"
+        )
+    return tuple(found)
 
 
 def attribute_kv(plan: MemoryPlan, figures: StartupFigures) -> KvAttribution | None:
@@ -117,12 +166,9 @@ def attribute_kv(plan: MemoryPlan, figures: StartupFigures) -> KvAttribution | N
         return None
     gap = to_gib(plan.kv_cache_bytes) - logged_kv
     terms: list[tuple[str, float]] = []
-    utilization = figures.gpu_memory_utilization
-    if utilization is not None and utilization != plan.inputs.gpu_memory_utilization:
-        logged_requested = to_gib(plan.capacity_bytes) * utilization
-        terms.append(
-            ("requested (gpu_memory_utilization)", to_gib(plan.requested_bytes) - logged_requested)
-        )
+    request = _logged_request(plan, figures)
+    if request is not None:
+        terms.append((REQUESTED_TERM, to_gib(plan.requested_bytes) - request[0]))
     if figures.weights_gib is not None:
         terms.append(("weights", figures.weights_gib - to_gib(plan.weights.total_bytes)))
     logged_graphs = figures.estimated_cuda_graph_gib
@@ -139,6 +185,7 @@ def attribute_kv(plan: MemoryPlan, figures: StartupFigures) -> KvAttribution | N
         memory_gap_pct=(gap / logged_kv * 100) if logged_kv else 0.0,
         bytes_per_token_planned=plan.kv_bytes_per_token,
         bytes_per_token_logged=per_token,
+        requested_note=None if request is None else request[1],
     )
 
 
@@ -146,7 +193,8 @@ def attribution_lines(attribution: KvAttribution) -> list[str]:
     """The attribution as sentences for the terminal and Markdown."""
     a = attribution
     shares = ", ".join(f"{name} {share:+.2f}" for name, share in a.terms)
-    lines = [
+    lines = [] if a.requested_note is None else [a.requested_note]
+    lines += [
         f"KV cache {a.kv_gap_gib:+.2f} GiB planned vs logged = {shares} GiB; "
         f"the biggest: {a.biggest}"
     ]

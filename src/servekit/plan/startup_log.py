@@ -52,7 +52,9 @@ _AVAILABLE_KV_RE = re.compile(rf"Available KV cache memory: ({_NUM}) GiB")
 # V0 (worker/worker.py determine_num_available_blocks, up to 0.10.x) has no "Available KV
 # cache memory" line: its profiling sentence ends with the KV budget, with no space before GiB.
 _V0_KV_RE = re.compile(rf"the rest of the memory reserved for KV Cache is ({_NUM}) ?GiB")
-_V0_GMU_RE = re.compile(rf"total_gpu_memory \(.*?\) x gpu_memory_utilization \(({_NUM})\)")
+_V0_GMU_RE = re.compile(
+    rf"total_gpu_memory \((?:({_NUM}) ?GiB)?.*?\) x gpu_memory_utilization \(({_NUM})\)"
+)
 _V0_ACTIVATION_RE = re.compile(rf"PyTorch activation peak memory takes ({_NUM}) ?GiB")
 _V0_NON_TORCH_RE = re.compile(rf"non_torch_memory takes ({_NUM}) ?GiB")
 # V1's DEBUG usage line (v1/worker/gpu_worker.py from 0.11.0; 0.27.0 drops the non-torch part).
@@ -75,6 +77,11 @@ _GRAPH_CAPTURE_RE = re.compile(
 )
 _PROFILING_ON_RE = re.compile(r"CUDA graph memory profiling is enabled")
 _PROFILING_OFF_RE = re.compile(r"CUDA graph memory profiling is disabled")
+# V1 states the utilization in the API server's "non-default args" dict (entrypoints, 0.8+)
+# and with the device total in gpu_worker.py's DEBUG usage line (0.11+) or its startup error.
+_ARGS_GMU_RE = re.compile(rf"non-default args: \{{.*?'gpu_memory_utilization': ({_NUM})")
+_DESIRED_GMU_RE = re.compile(rf"esired GPU memory utilization (?:is )?\(({_NUM}), {_NUM} GiB\)")
+_FREE_MEMORY_RE = re.compile(rf"Free memory on device(?: \S+)? \({_NUM}/({_NUM}) GiB\)")
 _GMU_CURRENT_RE = re.compile(rf"--gpu-memory-utilization=({_NUM})")
 _GMU_FROM_RE = re.compile(rf"--gpu-memory-utilization from ({_NUM})")
 _GRAPH_COUNTS_RE = re.compile(r"Profiling CUDA graph memory: (.*)")
@@ -118,7 +125,8 @@ _FAILURE_RES: tuple[tuple[str, re.Pattern[str]], ...] = (
 
 LINE_RES: tuple[re.Pattern[str], ...] = (
     _MODEL_LOAD_RE, _AVAILABLE_KV_RE, _V0_KV_RE, _V0_GMU_RE, _V0_ACTIVATION_RE,
-    _V0_NON_TORCH_RE, _V1_ACTIVATION_RE, _V1_NON_TORCH_RE, _GPU_BLOCKS_RE,
+    _V0_NON_TORCH_RE, _V1_ACTIVATION_RE, _V1_NON_TORCH_RE, _GPU_BLOCKS_RE, _ARGS_GMU_RE,
+    _DESIRED_GMU_RE, _FREE_MEMORY_RE,
     _KV_TOKENS_RE, _CONCURRENCY_RE, _ESTIMATED_GRAPH_RE,
     _GRAPH_CAPTURE_RE, _PROFILING_ON_RE, _PROFILING_OFF_RE, _GRAPH_COUNTS_RE, *_VERSION_RES,
     _ARCHITECTURE_RE, *_MODEL_RES, _MAX_LEN_ESTIMATE_RE, *(p for _, p in _FAILURE_RES),
@@ -143,7 +151,8 @@ LINE_HINTS: tuple[re.Pattern[str], ...] = tuple(
         "EngineCore encountered a fatal error", "died unexpectedly", "EngineDeadError",
         "CUDA out of memory", "OutOfMemoryError", " max seq len",
         "No available memory for the cache blocks", "EngineCore failed to start",
-        "Engine core initialization failed",
+        "Engine core initialization failed", "esired GPU memory utilization",
+        "Free memory on device",
     )
 )  # fmt: skip
 
@@ -199,7 +208,10 @@ class StartupFigures:
         graph_capture_s: seconds graph capture took.
         cudagraph_profiling: True if CUDA-graph memory profiling was reported enabled,
             False if reported disabled.
-        gpu_memory_utilization: the `--gpu-memory-utilization` the profiling line quotes.
+        gpu_memory_utilization: the `--gpu-memory-utilization` the log states (V0's profiling
+            sentence, V1's non-default args, DEBUG usage line or CUDA-graph profiling notice).
+        total_memory_gib: the device's total memory as vLLM saw it (V0's total_gpu_memory,
+            V1's "Free memory on device (free/total GiB)" from 0.11).
         graph_counts: CUDA graphs profiled per mode, e.g. `{"PIECEWISE": 51, "FULL": 35}`.
         max_len_estimate: longest model length vLLM estimated would fit, from a failure.
         max_len_shortfall: the first max-seq-len failure's figures.
@@ -225,6 +237,7 @@ class StartupFigures:
     graph_capture_s: float | None = None
     cudagraph_profiling: bool | None = None
     gpu_memory_utilization: float | None = None
+    total_memory_gib: float | None = None
     graph_counts: Mapping[str, int] | None = field(default=None, hash=False)
     max_len_estimate: int | None = None
     max_len_shortfall: MaxLenShortfall | None = None
@@ -259,6 +272,7 @@ class _Scan:
     graph_capture_s: float | None = None
     cudagraph_profiling: bool | None = None
     gpu_memory_utilization: float | None = None
+    total_memory_gib: float | None = None
     graph_counts: dict[str, int] | None = None
     max_len_estimate: int | None = None
     max_len_shortfall: MaxLenShortfall | None = None
@@ -352,6 +366,7 @@ def _figures(scan: _Scan) -> StartupFigures:
         graph_capture_s=scan.graph_capture_s,
         cudagraph_profiling=scan.cudagraph_profiling,
         gpu_memory_utilization=scan.gpu_memory_utilization,
+        total_memory_gib=scan.total_memory_gib,
         graph_counts=None if scan.graph_counts is None else MappingProxyType(scan.graph_counts),
         max_len_estimate=scan.max_len_estimate,
         max_len_shortfall=scan.max_len_shortfall,
@@ -447,11 +462,17 @@ def _scan_figures(scan: _Scan, line: str) -> None:
 
 
 def _scan_usage(scan: _Scan, line: str) -> None:
-    """Fold KV blocks, V0's utilization and the reported activation and non-torch memory."""
+    """Fold KV blocks, the utilization and total memory, and the reported activation and
+    non-torch memory."""
     if scan.gpu_blocks is None and (m := _GPU_BLOCKS_RE.search(line)):
         scan.gpu_blocks = _to_int(m.group(1) or m.group(2))
-    if scan.gpu_memory_utilization is None and (m := _V0_GMU_RE.search(line)):
-        scan.gpu_memory_utilization = _to_float(m.group(1))
+    if m := _V0_GMU_RE.search(line):
+        scan.total_memory_gib = _first(scan.total_memory_gib, _to_float(m.group(1)))
+        scan.gpu_memory_utilization = _first(scan.gpu_memory_utilization, _to_float(m.group(2)))
+    if m := _ARGS_GMU_RE.search(line) or _DESIRED_GMU_RE.search(line):
+        scan.gpu_memory_utilization = _first(scan.gpu_memory_utilization, _to_float(m.group(1)))
+    if m := _FREE_MEMORY_RE.search(line):
+        scan.total_memory_gib = _first(scan.total_memory_gib, _to_float(m.group(1)))
     if m := _V0_ACTIVATION_RE.search(line) or _V1_ACTIVATION_RE.search(line):
         scan.activation_peak_gib = _first(scan.activation_peak_gib, _to_float(m.group(1)))
     if m := _V0_NON_TORCH_RE.search(line) or _V1_NON_TORCH_RE.search(line):

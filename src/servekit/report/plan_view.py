@@ -21,9 +21,11 @@ def plan_view(
     checkpoint: CheckpointInfo | None = None,
     explained: KvAttribution | None = None,
     measured: Calibration | None = None,
+    mismatches: tuple[str, ...] = (),
 ) -> RenderableType:
     """Return the budget table, KV derivation, capacity, warnings and optional log comparison
-    (with the terms that explain the KV difference); `measured` marks a calibrated term."""
+    (what the log ran with unlike the plan, then the terms that explain the KV difference);
+    `measured` marks the calibrated terms."""
     i = plan.inputs
     title = (
         f"{i.model.name}: {i.tensor_parallel_size * i.pipeline_parallel_size}x {i.gpu.name}, "
@@ -38,7 +40,7 @@ def plan_view(
         ("requested", plan.requested_bytes, f"capacity x {i.gpu_memory_utilization}"),
         ("weights", plan.weights.total_bytes, "TP-sharded, draft model included"),
         *_overhead_rows(plan, measured),
-        ("CUDA graphs", plan.graphs.total_bytes, f"{plan.graphs.num_graphs} graphs, {graphs_note}"),
+        ("CUDA graphs", plan.graphs.total_bytes, _graphs_why(plan, measured, graphs_note)),
         ("KV cache", plan.kv_cache_bytes, "what remains for the cache"),
     ):
         budget.add_row(name, f"{to_gib(value):.2f}", why)
@@ -94,26 +96,33 @@ def plan_view(
     parts += [Text(f"warning: {w}", style="yellow") for w in plan.warnings]
     if rows is not None:
         parts.append(_reconcile_table(rows))
+    parts += [Text(f"warning: {m}", style="yellow") for m in mismatches]
     if explained is not None:
         parts += [Text(line) for line in attribution_lines(explained)]
     parts += [Text(f"log line {f.line_no}: {f.kind}: {f.text}", style="bold red") for f in failures]
     return Group(*parts)
 
 
+def _graphs_why(plan: MemoryPlan, measured: Calibration | None, note: str) -> str:
+    if plan.graphs.measured_bytes is not None and measured is not None:
+        return f"{_measured_why(measured)}, {note}"
+    return f"{plan.graphs.num_graphs} graphs, {note}"
+
+
 def _overhead_rows(plan: MemoryPlan, measured: Calibration | None) -> list[tuple[str, float, str]]:
     """The activation peak and non-torch rows, or the one measured figure replacing them."""
     if measured is not None:
         total = plan.activations.peak_bytes + plan.non_torch_bytes
-        why = (
-            measured.source
-            if measured.source.startswith("measured")
-            else f"measured: {measured.source}"
-        )
-        return [("activation + non-torch", total, why)]
+        return [("activation + non-torch", total, _measured_why(measured))]
     return [
         ("activation peak", plan.activations.peak_bytes, "largest profiled live set"),
         ("non-torch", plan.non_torch_bytes, "workspaces grown during profiling"),
     ]
+
+
+def _measured_why(measured: Calibration) -> str:
+    source = measured.source
+    return source if source.startswith("measured") else f"measured: {source}"
 
 
 def _reconcile_table(rows: list[ReconcileRow]) -> Table:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import Field
+
 from servekit.results._base import Document
 
 PLAN_VERSION: Literal[1] = 1
@@ -108,6 +110,7 @@ class FromLog(Document):
     figures: list[LoggedFigure]
     failures: list[LoggedFailure]
     explained: KvExplained | None = None
+    mismatches: list[str] = Field(default_factory=list)
 
 
 class CheckpointBlock(Document):
