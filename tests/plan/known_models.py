@@ -13,6 +13,15 @@ from servekit.specs import ArchitectureSpec, LocalAttentionSpec, MoeSpec
 CONFIGS = Path(__file__).resolve().parents[2] / "benchmarks/corpus/real-startups/configs.jsonl"
 
 
+def corpus_entry(kind: str, key: str, value: str) -> dict[str, Any]:
+    """The record of corpus file `kind` (startups.jsonl, configs.jsonl) whose `key` is `value`."""
+    for line in (CONFIGS.parent / kind).read_text(encoding="utf-8").splitlines():
+        entry = json.loads(line) if line.strip() else {}
+        if entry.get(key) == value:
+            return dict(entry)
+    raise KeyError(value)
+
+
 def corpus_config(model: str) -> dict[str, Any]:
     """The published config.json of `model` from the corpus (a fresh copy per call)."""
     for line in CONFIGS.read_text(encoding="utf-8").splitlines():

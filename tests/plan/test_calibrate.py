@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
+from known_models import corpus_entry
 
 from servekit.cli.main import cli
 from servekit.hardware import lookup_gpu
@@ -24,14 +25,6 @@ ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "benchmarks/corpus/real-startups"
 
 
-def _corpus(kind: str, key: str, value: str) -> dict[str, object]:
-    for line in (CORPUS / kind).read_text(encoding="utf-8").splitlines():
-        entry = json.loads(line)
-        if entry[key] == value:
-            return dict(entry)
-    raise AssertionError(value)
-
-
 def run(*args: str) -> tuple[int, str, str]:
     result = CliRunner().invoke(cli, list(args))
     return result.exit_code, result.stdout, result.stderr
@@ -43,7 +36,7 @@ def deployment(tmp_path: Path) -> tuple[Path, Path]:
     (the corpus entry llmd-llama31-8b-h100-tp1, its lines as logged)."""
     config = tmp_path / "config.json"
     config.write_text(json.dumps(
-        _corpus("configs.jsonl", "model", "meta-llama/Llama-3.1-8B-Instruct")["config"]
+        corpus_entry("configs.jsonl", "model", "meta-llama/Llama-3.1-8B-Instruct")["config"]
     ), encoding="utf-8")  # fmt: skip
     code, _, err = run(
         "profiles", "new", "llama8b", "--model-config", str(config), "--gpu", "h100",
@@ -51,7 +44,7 @@ def deployment(tmp_path: Path) -> tuple[Path, Path]:
         "--set", "gpu_memory_utilization=0.95", "-o", str(tmp_path / "llama8b.yaml"),
     )  # fmt: skip
     assert code == 0, err
-    entry = _corpus("startups.jsonl", "id", "llmd-llama31-8b-h100-tp1")
+    entry = corpus_entry("startups.jsonl", "id", "llmd-llama31-8b-h100-tp1")
     log = tmp_path / "startup.log"
     log.write_text("\n".join(map(str, entry["log_lines"])) + "\n", encoding="utf-8")
     return tmp_path / "llama8b.yaml", log

@@ -8,6 +8,7 @@ the plan keeps the budget and warns with the range published for the GPU's inter
 from __future__ import annotations
 
 import pytest
+from known_models import LLAMA31_8B
 
 from servekit.hardware import lookup_gpu
 from servekit.plan import PlanInputs
@@ -21,17 +22,6 @@ from servekit.plan.comm_memory import (
 from servekit.plan.engine_rules import accounting_for
 from servekit.plan.fit import make_plan
 from servekit.plan.inputs import model_spec
-from servekit.specs import ArchitectureSpec
-
-LLAMA31_8B = ArchitectureSpec(
-    num_layers=32,
-    hidden_size=4096,
-    num_attention_heads=32,
-    num_kv_heads=8,
-    head_dim=128,
-    vocab_size=128256,
-    intermediate_size=14336,
-)
 
 
 def _inputs(gpu: str, tp: int, version: str = "0.19.0") -> PlanInputs:
