@@ -113,3 +113,16 @@ def test_an_ambiguous_gpu_name_names_both() -> None:
     with pytest.raises(ConfigError, match="ambiguous: it names A100-40GB-SXM or A100-80GB-SXM"):
         lookup_gpu("a100")
     assert lookup_gpu("a100-80gb").name == "A100-80GB-SXM"
+
+
+def test_a_fifo_as_model_config_is_refused_without_waiting(tmp_path: Path) -> None:
+    """--model-config naming a FIFO: one line, exit 1, and no wait for a writer (the
+    config is read through the project's bounded regular-file reader)."""
+    import os
+
+    fifo = tmp_path / "config.json"
+    os.mkfifo(fifo)
+    result = CliRunner().invoke(cli, ["plan", "--model-config", str(fifo), "--gpu", "h100",
+                                      "--gpus", "1"])  # fmt: skip
+    assert result.exit_code == 1
+    assert "is a FIFO, not a regular file" in result.stderr

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
+from servekit.bench._files import read_json_document
 from servekit.errors import ModelDirError, UsageError
 from servekit.profiles import Profile
 
@@ -14,27 +14,16 @@ MAX_CONFIG_BYTES = 16 << 20  # far above any real config.json; a bigger file is 
 
 
 def read_config_json(path: Path) -> dict[str, Any]:
-    """The JSON object of a config.json, or one line saying why not.
+    """The JSON object of a config.json, or one line saying why not (read by
+    `bench._files.read_json_document`: a regular file of bounded size, UTF-8, strict JSON).
 
     Raises:
-        ModelDirError: unreadable, over 16 MiB, not JSON or not an object.
+        ServekitError: not a readable regular file, over 16 MiB or not JSON.
+        ModelDirError: JSON, but not an object.
     """
-    try:
-        with path.open("rb") as handle:
-            raw = handle.read(MAX_CONFIG_BYTES + 1)
-    except OSError as exc:
-        raise ModelDirError(
-            f"cannot read {path.name}: {exc.strerror or exc}", fix="give a readable config.json"
-        ) from None
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise ModelDirError(f"{path.name} is over 16 MiB", fix="give the model's config.json")
-    try:
-        config = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ModelDirError(
-            f"{path.name} is not JSON ({type(exc).__name__} at byte {getattr(exc, 'pos', '?')})",
-            fix="give the model's config.json",
-        ) from None
+    config = read_json_document(
+        path, fix="give the model's config.json", max_bytes=MAX_CONFIG_BYTES
+    )
     if not isinstance(config, dict):
         raise ModelDirError(f"{path.name} is not a JSON object", fix="give a config.json")
     return config
