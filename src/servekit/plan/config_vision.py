@@ -78,6 +78,12 @@ def _pixtral_vision(config: Mapping[str, Any], text_hidden: int) -> tuple[Facts,
     )
 
 
+def _biased_vit_layer(w: int, i: int) -> int:
+    """Parameters of one CLIP-style ViT layer (SigLIP, Llama 4 vision): biased q/k/v/o
+    (4w^2 + 4w), a biased GELU MLP (2wi + i + w) and two LayerNorms (4w)."""
+    return 4 * w * w + 4 * w + 2 * w * i + i + w + 4 * w
+
+
 def _siglip_vision(config: Mapping[str, Any], text_hidden: int) -> tuple[Facts, str]:
     # vLLM siglip.py: patch conv with bias, a learned position table of (image/patch)^2
     # rows, per layer biased qkv + out (4w^2 + 4w), a biased GELU MLP (2wi + i + w) and two
@@ -97,7 +103,7 @@ def _siglip_vision(config: Mapping[str, Any], text_hidden: int) -> tuple[Facts, 
     values = channels * patch * patch
     positions = (image // patch) ** 2
     encoder = values * w + w + positions * w + 2 * w
-    encoder += layers * (4 * w * w + 4 * w + 2 * w * i + i + w + 4 * w)
+    encoder += layers * _biased_vit_layer(w, i)
     projector = w + w * text_hidden
     tokens = config.get("mm_tokens_per_image", 256)
     per_token = max(1, positions // tokens) if isinstance(tokens, int) and tokens > 0 else 16
@@ -147,7 +153,7 @@ def _llama4_vision(config: Mapping[str, Any], text_hidden: int) -> tuple[Facts, 
     values = channels * patch * patch
     positions = (image // patch) ** 2 + 1
     encoder = values * w + w + positions * w + 4 * w
-    encoder += layers * (4 * w * w + 4 * w + 2 * w * i + i + w + 4 * w)
+    encoder += layers * _biased_vit_layer(w, i)
     adapter = i * p_in + p_in * p_out
     adapter += p_in + p_out if v.get("multi_modal_projector_bias") else 0
     projector = out_dim * text_hidden
