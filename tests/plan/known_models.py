@@ -56,3 +56,21 @@ GPT_OSS_20B = ArchitectureSpec(
     local_attention=LocalAttentionSpec(kind="sliding_window", window=128, num_layers=12),
     attention_sinks=True,
 )
+# meta-llama/Llama-4-Scout-17B-16E-Instruct text_config: 48 layers, three of every four
+# with 8192-token chunked local attention (the fourth is global, NoPE), 8 KV heads of 128.
+LLAMA4_SCOUT = ArchitectureSpec(
+    num_layers=48,
+    hidden_size=5120,
+    num_attention_heads=40,
+    num_kv_heads=8,
+    head_dim=128,
+    vocab_size=202048,
+    intermediate_size=16384,
+    moe=MoeSpec(
+        num_experts=16,
+        top_k=1,
+        expert_intermediate_size=8192,
+        num_shared_experts=1,
+    ),
+    local_attention=LocalAttentionSpec(kind="chunked", window=8192, num_layers=36),
+)

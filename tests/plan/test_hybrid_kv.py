@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Callable
 
 import pytest
-from known_models import GPT_OSS_20B
+from known_models import GPT_OSS_20B, LLAMA4_SCOUT
 
 from servekit.hardware import lookup_gpu
 from servekit.plan import PlanInputs
@@ -24,24 +24,6 @@ from servekit.plan.kv_cache import kv_bytes_per_token, kv_capacity_tokens, kv_la
 from servekit.specs import ArchitectureSpec, LocalAttentionSpec, MlaSpec, MoeSpec
 from servekit.units import GIB
 
-# meta-llama/Llama-4-Scout-17B-16E-Instruct text_config: 48 layers, three of every four
-# with 8192-token chunked local attention (the fourth is global, NoPE), 8 KV heads of 128.
-LLAMA4_SCOUT = ArchitectureSpec(
-    num_layers=48,
-    hidden_size=5120,
-    num_attention_heads=40,
-    num_kv_heads=8,
-    head_dim=128,
-    vocab_size=202048,
-    intermediate_size=16384,
-    moe=MoeSpec(
-        num_experts=16,
-        top_k=1,
-        expert_intermediate_size=8192,
-        num_shared_experts=1,
-    ),
-    local_attention=LocalAttentionSpec(kind="chunked", window=8192, num_layers=36),
-)
 # Mistral-7B-v0.1: every one of 32 layers attends to a 4096-token sliding window.
 MISTRAL_7B_V01 = ArchitectureSpec(
     num_layers=32,

@@ -11,14 +11,14 @@ import dataclasses
 from collections.abc import Callable
 
 import pytest
-from known_models import GPT_OSS_20B, LLAMA31_8B
+from known_models import GPT_OSS_20B, LLAMA4_SCOUT, LLAMA31_8B
 
 from servekit.hardware import lookup_gpu
 from servekit.plan import PlanInputs
 from servekit.plan.inputs import effective_quantization, model_spec
 from servekit.plan.quantization import lookup_scheme
 from servekit.plan.weights import mxfp4_expert_dims, weights_per_gpu
-from servekit.specs import ArchitectureSpec, LocalAttentionSpec, MoeSpec, RopeCacheSpec, VisionSpec
+from servekit.specs import ArchitectureSpec, MoeSpec, RopeCacheSpec, VisionSpec
 from servekit.units import GIB
 
 Build = Callable[..., PlanInputs]
@@ -82,16 +82,8 @@ def test_attention_sinks_add_one_value_per_head_and_layer() -> None:
 
 def test_layer_step_puts_dense_mlps_on_the_other_layers() -> None:
     """Llama-4-Maverick style (48 layers, every 2nd MoE): 24 dense MLPs of 16384, 24 MoE layers."""
-    arch = ArchitectureSpec(
-        num_layers=48,
-        hidden_size=5120,
-        num_attention_heads=40,
-        num_kv_heads=8,
-        head_dim=128,
-        vocab_size=202048,
-        intermediate_size=16384,
-        moe=MoeSpec(num_experts=128, top_k=1, expert_intermediate_size=8192, layer_step=2),
-    )
+    moe = MoeSpec(num_experts=128, top_k=1, expert_intermediate_size=8192, layer_step=2)
+    arch = dataclasses.replace(LLAMA4_SCOUT, moe=moe, local_attention=None)
     w = weights_per_gpu(inputs(arch, "bf16", "linear", 8, "H100"))
     assert w.dense_mlp_bytes == 3 * 5120 * 16384 / 8 * 24 * 2
     assert w.experts_bytes == 128 * 3 * 5120 * 8192 / 8 * 24 * 2
@@ -136,16 +128,8 @@ def test_rope_cache_dtype_and_yarn_positions() -> None:
 
 def test_llama4_scout_tp4_rope_table_near_the_log() -> None:
     """Llama-4-Scout TP4: its 10,485,760-position rope table (2.5 GiB) brings 53.12 GiB to 1%."""
-    arch = ArchitectureSpec(
-        num_layers=48,
-        hidden_size=5120,
-        num_attention_heads=40,
-        num_kv_heads=8,
-        head_dim=128,
-        vocab_size=202048,
-        intermediate_size=16384,
-        moe=MoeSpec(num_experts=16, top_k=1, expert_intermediate_size=8192, num_shared_experts=1),
-        local_attention=LocalAttentionSpec(kind="chunked", window=8192, num_layers=36),
+    arch = dataclasses.replace(
+        LLAMA4_SCOUT,
         vision=VisionSpec(num_layers=34, hidden_size=1408, intermediate_size=5632),
         rope_cache=RopeCacheSpec(positions=10_485_760, rotary_dim=128),
     )
