@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from servekit.cli._profile_io import read_config_json
-from servekit.errors import ConfigError, UsageError
+from servekit.errors import UsageError
 from servekit.hardware import lookup_gpu
 from servekit.plan.checkpoint import CONFIG_FILE, CheckpointInfo, read_checkpoint
 from servekit.plan.model_config import model_facts_from_config
@@ -83,21 +83,14 @@ def build_profile(
         name, facts, config, gpu, gpus, model_path=model_path, engine_version=version,
         from_file=shown,
     )  # fmt: skip
-    try:
-        profile = profile_from_data(
-            document,
-            overrides=overrides,
-            fill=lambda data: fill_serve_defaults(data, config, gpu, gpus),
-        )
-    except ConfigError as exc:
-        if "parallel_size" not in exc.message:
-            raise
-        # there is no profile file to correct here: the sizes come from --gpus and --set
-        raise ConfigError(
-            exc.message,
-            fix="choose --gpus (TP = GPUs / (PP x DP)) or --set tensor_parallel_size=N "
-            "--set pipeline_parallel_size=M to match",
-        ) from None
+    profile = profile_from_data(
+        document,
+        overrides=overrides,
+        fill=lambda data: fill_serve_defaults(data, config, gpu, gpus),
+        # no profile file to correct: the parallel sizes come from --gpus and --set
+        whole_fix="choose --gpus (TP = GPUs / (PP x DP)) or --set tensor_parallel_size=N "
+        "--set pipeline_parallel_size=M to match, or correct the model config",
+    )
     return profile, checkpoint
 
 

@@ -49,6 +49,8 @@ class _Located:
     data: dict[str, Any]
     lines: dict[KeyPath, str] = field(default_factory=dict)
     raw_overrides: dict[KeyPath, str] = field(default_factory=dict)
+    # the fix of a problem with the profile as a whole (no one key to correct)
+    whole_fix: str = "correct the profile"
 
 
 def search_dirs(extra: Iterable[str | Path] = ()) -> list[Path]:
@@ -131,15 +133,20 @@ def profile_from_data(
     *,
     overrides: Sequence[str] = (),
     fill: Callable[[dict[str, Any]], None] | None = None,
+    whole_fix: str | None = None,
 ) -> Profile:
     """Validate a profile given as data (one `profiles new` built), after `overrides`.
 
-    `fill` runs between the overrides and validation, to compute what depends on them.
+    `fill` runs between the overrides and validation, to compute what depends on them;
+    `whole_fix` replaces "correct the profile" as the fix of a problem with the profile as
+    a whole (there is no file to correct when the data came from flags).
 
     Raises:
         ConfigError: unknown keys or invalid values; UsageError: a malformed override.
     """
     located = _Located(data=copy.deepcopy(dict(data)))
+    if whole_fix is not None:
+        located.whole_fix = whole_fix
     for override in overrides:
         _apply_override(located, override)
     if fill is not None:
@@ -320,7 +327,7 @@ def _describe(exc: ValidationError, located: _Located) -> tuple[str, str]:
     where = _where(loc, located)
     more = len(errors) - 1
     count = f" (+{more} more problem{'s' * (more > 1)})" if more else ""
-    message, fix = _problem(first, loc, dotted)
+    message, fix = _problem(first, loc, dotted, located.whole_fix)
     text = f"{where}: {dotted}: {message}" if dotted else f"{where}: {message}"
     return one_line(text + count, _MAX_MESSAGE_CHARS), one_line(fix, _MAX_MESSAGE_CHARS)
 
@@ -334,7 +341,7 @@ _BOUNDS = {
 }
 
 
-def _problem(error: Any, loc: KeyPath, dotted: str) -> tuple[str, str]:
+def _problem(error: Any, loc: KeyPath, dotted: str, whole_fix: str) -> tuple[str, str]:
     kind = error["type"]
     # a plain dataclass section (servekit.specs) reports an unknown key as an unexpected argument
     if kind in {"extra_forbidden", "unexpected_keyword_argument"}:
@@ -352,7 +359,7 @@ def _problem(error: Any, loc: KeyPath, dotted: str) -> tuple[str, str]:
     if kind in _BOUNDS:
         limit = next(iter(error.get("ctx", {}).values()), "the bound")
         return f"{message}{shown}", f"set {dotted} to {_BOUNDS[kind]} {limit}"
-    return f"{message}{shown}", f"correct {dotted} there" if dotted else "correct the profile"
+    return f"{message}{shown}", f"correct {dotted} there" if dotted else whole_fix
 
 
 def _where(loc: KeyPath, located: _Located) -> str:
