@@ -1,40 +1,86 @@
 """Benchmark: the offline simulator's speed on the M3 sweep (not a test).
 
 The sweep of issue #3: concurrency 1/4/16/128, 256 requests per point, 128 output tokens,
-for the EAGLE3 and no-EAGLE3 profiles. Reports wall time and engine steps (events) per second.
+for the EAGLE3 and no-EAGLE3 profiles. Each profile's sweep runs `--runs` times; the figure
+is simulated output tokens per second of wall time (median, with min and max over the
+runs), plus engine steps per second, and separately the time `sweep_summary` takes to turn
+the records into summary.json (metrics and bootstrap intervals), which is not the engine.
 
-Run: .venv/bin/python benchmarks/bench_sim.py
+Run on one core: taskset -c 0 .venv/bin/python benchmarks/bench_sim.py [--runs 5]
 """
 
 from __future__ import annotations
 
+import argparse
+import statistics
 import time
 
 from servekit.profiles import load_profile
+from servekit.results.summary import Workload
 from servekit.sim.build import build_engine
 from servekit.sim.offline import LoadPoint
-from servekit.sim.sweep import simulate_sweep
+from servekit.sim.sweep import simulate_sweep, sweep_summary
+
+PROFILES = ("minimax-m3-mxfp8-8xa800", "minimax-m3-mxfp8-8xa800-no-eagle3")
+
+
+def _spread(values: list[float], fmt: str) -> str:
+    return (
+        f"median {statistics.median(values):{fmt}} "
+        f"(min {min(values):{fmt}}, max {max(values):{fmt}}, n={len(values)})"
+    )
 
 
 def main() -> None:
-    """Print wall time and events per second for each profile's sweep."""
-    for name in ("minimax-m3-mxfp8-8xa800", "minimax-m3-mxfp8-8xa800-no-eagle3"):
+    """Print each profile's sweep speed over several runs, then the total."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=5)
+    runs = parser.parse_args().runs
+    total_walls = [0.0] * runs
+    total_tokens = 0
+    for name in PROFILES:
         profile = load_profile(name)
-        input_len = profile.simulator.input_len if profile.simulator else 1024
+        input_len = (profile.simulator.input_len if profile.simulator else None) or 1024
         points = [
-            LoadPoint(f"c={c}", 256, input_len or 1024, 128, 0.7, concurrency=c)
-            for c in (1, 4, 16, 128)
+            LoadPoint(f"c={c}", 256, input_len, 128, 0.7, concurrency=c) for c in (1, 4, 16, 128)
         ]
-        start = time.perf_counter()
-        results = simulate_sweep(lambda s, p=profile: build_engine(p, seed=s), points, seed=0)
-        wall = time.perf_counter() - start
-        steps = sum(r.stats.steps for r in results)
-        request_steps = sum(r.stats.generation_tokens for r in results)
+        walls, summary_walls = [], []
+        tokens = steps = 0
+        for run in range(runs):
+            start = time.perf_counter()
+            results = simulate_sweep(lambda s, p=profile: build_engine(p, seed=s), points, seed=0)
+            walls.append(time.perf_counter() - start)
+            total_walls[run] += walls[-1]
+            tokens = sum(r.stats.generation_tokens for r in results)
+            steps = sum(r.stats.steps for r in results)
+            start = time.perf_counter()
+            sweep_summary(
+                results,
+                profile_name=name,
+                model=None,
+                version="bench",
+                started_at="bench",
+                workload=Workload(
+                    input_len=input_len,
+                    output_len=128,
+                    temperature=0.7,
+                    requests_per_point=256,
+                    seed=0,
+                ),
+            )
+            summary_walls.append(time.perf_counter() - start)
+        total_tokens += tokens
         print(
-            f"{name}: 4 points x 256 requests in {wall:.2f} s; {steps} engine steps "
-            f"({steps / wall:,.0f} steps/s), {request_steps:,} tokens "
-            f"({request_steps / wall:,.0f} simulated tokens/s)"
+            f"{name}: {tokens:,} output tokens, {steps:,} engine steps; "
+            f"wall {_spread(walls, '.3f')} s; "
+            f"simulated output tok/s {_spread([tokens / w for w in walls], ',.0f')}; "
+            f"steps/s {statistics.median(steps / w for w in walls):,.0f}; "
+            f"sweep_summary {_spread(summary_walls, '.3f')} s"
         )
+    print(
+        f"both profiles: {total_tokens:,} output tokens; simulated output tok/s "
+        f"{_spread([total_tokens / w for w in total_walls], ',.0f')}"
+    )
 
 
 if __name__ == "__main__":
