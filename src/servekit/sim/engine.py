@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import math
 import random
-from collections import deque
+from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from servekit.errors import SimulationError
 from servekit.sim.model import SimModel
 from servekit.sim.params import AcceptanceParams, StepTimeParams
-from servekit.sim.step_time import BatchShape, step_time_s
+from servekit.sim.step_time import BatchShape, StepPricer
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +79,29 @@ class StepResult:
     accepted: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class DecodeWindow:
+    """Consecutive steps in which every running request decodes and nothing else happens.
+
+    `decode_window` runs them at once; they are the steps `step()` would have run one by one,
+    with the same RNG draws in the same order. Every request of `requests` emits one chunk in
+    each step.
+
+    Attributes:
+        durations_s: each step's duration.
+        kv_usage: the fraction of KV blocks in use after each step.
+        requests: ids of the requests that ran, in scheduling order.
+        tokens: tokens each of `requests` emitted in each step (None: one in every step).
+        finished: ids of the requests that completed in the last step.
+    """
+
+    durations_s: list[float]
+    kv_usage: list[float]
+    requests: tuple[str, ...]
+    tokens: list[list[int]] | None
+    finished: tuple[str, ...]
+
+
 @dataclass(slots=True)
 class EngineStats:
     """Counters like vLLM's /metrics, accumulated over the engine's life."""
@@ -121,6 +145,8 @@ class Engine:
         self.waiting: deque[SimRequest] = deque()
         self.running: list[SimRequest] = []
         self.stats = EngineStats(accepted_per_position=[0] * limits.num_speculative_tokens)
+        self._pricer = StepPricer(model, step_params, limits.num_speculative_tokens)
+        self._probabilities: dict[float, tuple[float, ...]] = {}  # by temperature
 
     @property
     def idle(self) -> bool:
@@ -196,12 +222,15 @@ class Engine:
         """Schedule and run one step; an idle engine returns a zero-length step."""
         k = self.limits.num_speculative_tokens
         budget = self.limits.max_num_batched_tokens
+        block_size = self.model.block_size
         plan: list[tuple[SimRequest, int, bool]] = []  # (request, tokens, is_decode)
+        running = self.running
         index = 0
-        while index < len(self.running):
-            request = self.running[index]
-            if request.prefilling:
-                tokens = min(request.prefill_target - request.computed, budget)
+        while index < len(running):
+            request = running[index]
+            computed = request.computed
+            if computed < request.prefill_target:
+                tokens = min(request.prefill_target - computed, budget)
                 decode = False
             else:
                 remaining = request.max_tokens - request.output
@@ -210,7 +239,9 @@ class Engine:
             if tokens <= 0 or tokens > budget:
                 index += 1
                 continue
-            if not self._grow(request, tokens):
+            # _grow does nothing when the blocks held already cover the new tokens
+            needs_block = -(-(computed + tokens) // block_size) > request.blocks
+            if needs_block and not self._grow(request, tokens):
                 self._preempt_last()  # may be this request; either way look again
                 continue
             plan.append((request, tokens, decode))
@@ -239,50 +270,261 @@ class Engine:
             else:
                 decode_ctx.append(request.computed)
         batch = BatchShape(tuple(decode_ctx), tuple(verify_ctx), tuple(chunks), k)
-        duration = step_time_s(batch, self.model, self.params)
+        pricer = self._pricer
+        duration = pricer.duration_s(
+            len(decode_ctx),
+            len(verify_ctx),
+            pricer.attended_sum(decode_ctx),
+            pricer.attended_sum(verify_ctx),
+            sum(decode_ctx) + sum(verify_ctx),
+            chunks,
+        )
         gained: list[tuple[str, int]] = []
         finished: list[str] = []
-        drafted = accepted_total = 0
+        stats = self.stats
+        drafted = accepted_total = generated = 0
         for request, tokens, decode in plan:
             if decode:
                 drafts = tokens - 1
-                accepted = self._accept(request.temperature, drafts)
+                accepted = self._accept(request.temperature, drafts) if drafts > 0 else 0
                 drafted += drafts
                 accepted_total += accepted
                 new = accepted + 1
                 request.computed += new
             else:
                 request.computed += tokens
-                if request.prefilling:
+                if request.computed < request.prefill_target:
                     continue  # the chunk did not reach the end of the prompt
                 if request.output == 0:
-                    self.stats.prompt_tokens += request.prompt_tokens
+                    stats.prompt_tokens += request.prompt_tokens
                 new = 1  # the step that completes a prefill samples one token
-            new = min(new, request.max_tokens - request.output)
+            left = request.max_tokens - request.output
+            if new > left:
+                new = left
             request.output += new
-            self.stats.generation_tokens += new
+            generated += new
             gained.append((request.id, new))
-            if request.done:
+            if new == left:
                 finished.append(request.id)
+        stats.generation_tokens += generated
         if finished:
-            done = set(finished)
-            for request in [r for r in self.running if r.id in done]:
-                self._release(request)
-            self.running = [r for r in self.running if r.id not in done]
-        self.stats.steps += 1
+            self._finish(finished)
+        stats.steps += 1
         if drafted:
-            self.stats.drafts += sum(1 for _, t, d in plan if d and t > 1)
-            self.stats.draft_tokens += drafted
-            self.stats.accepted_tokens += accepted_total
+            stats.drafts += len(verify_ctx)
+            stats.draft_tokens += drafted
+            stats.accepted_tokens += accepted_total
         return StepResult(duration, tuple(gained), tuple(finished), batch, drafted, accepted_total)
+
+    def _finish(self, finished: list[str]) -> None:
+        done = set(finished)
+        for request in [r for r in self.running if r.id in done]:
+            self._release(request)
+        self.running = [r for r in self.running if r.id not in done]
 
     def _accept(self, temperature: float, drafts: int) -> int:
         if drafts <= 0 or self.acceptance is None:
             return 0
+        probs = self._accept_probabilities(temperature)
+        per_position = self.stats.accepted_per_position
+        draw = self.rng.random
         accepted = 0
-        for position, p in enumerate(self.acceptance.probabilities(temperature)[:drafts]):
-            if self.rng.random() >= p:
+        for position in range(min(drafts, len(probs))):
+            if draw() >= probs[position]:
                 break
             accepted += 1
-            self.stats.accepted_per_position[position] += 1
+            per_position[position] += 1
         return accepted
+
+    def decode_window(self, stop: Callable[[float], bool] | None = None) -> DecodeWindow | None:
+        """Run the steps `step()` would run while every running request only decodes.
+
+        The window ends with the first step in which a request finishes, before a step that
+        needs more KV blocks than are free (preemption is `step()`'s), or after the first
+        step for which `stop(duration_s)` is true (the caller's clock reached an arrival).
+
+        Returns:
+            The steps run, or None when the next step is not a pure decode step (a request
+            prefills, a waiting request could be admitted, the batch exceeds the token
+            budget, or it needs blocks that are not free); call `step()` then.
+        """
+        running = self.running
+        limits = self.limits
+        k = limits.num_speculative_tokens
+        if (
+            not running
+            or (self.waiting and len(running) < limits.max_num_seqs)
+            or len(running) * (k + 1) > limits.max_num_batched_tokens
+            or any(r.computed < r.prefill_target for r in running)
+        ):
+            return None
+        if k:
+            return self._verify_window(stop)
+        return self._decode_only_window(stop)
+
+    def _decode_only_window(self, stop: Callable[[float], bool] | None) -> DecodeWindow | None:
+        """Without speculative decoding: one token per request per step, no RNG."""
+        running = self.running
+        n = len(running)
+        size = self.model.block_size
+        steps = min(r.max_tokens - r.output for r in running)  # the first finish ends it
+        contexts = [r.computed for r in running]
+        need_at: Counter[int] = Counter()  # step -> requests that take a new block in it
+        for request in running:
+            # a block more once the step's token passes the blocks held
+            need_at.update(range(request.blocks * size - request.computed, steps, size))
+        free = self.free_blocks
+        kv_usage: list[float] = []
+        total = self.model.num_gpu_blocks
+        for step in range(steps):
+            need = need_at.get(step, 0)
+            if need > free:
+                steps = step
+                break
+            free -= need
+            kv_usage.append(1 - free / total)
+        if steps == 0:
+            return None
+        pricer = self._pricer
+        cap = self.model.attended_context_cap
+        first = sum(contexts)
+        context_sums = range(first, first + n * steps, n)
+        if cap is None or max(contexts) + steps - 1 <= cap:
+            attended_sums: list[int] | range = context_sums
+        else:
+            attended_sums = [
+                sum(c + step if c + step < cap else cap for c in contexts) for step in range(steps)
+            ]
+        durations = pricer.decode_durations_s(n, list(attended_sums), list(context_sums))
+        if stop is not None:
+            for step, duration in enumerate(durations):
+                if stop(duration):
+                    steps = step + 1
+                    del durations[steps:], kv_usage[steps:]
+                    break
+        self._take_blocks(sum(need for step, need in need_at.items() if step < steps))
+        finished = []
+        for request in running:
+            request.computed += steps
+            request.output += steps
+            request.blocks = max(request.blocks, -(-request.computed // size))
+            if request.output >= request.max_tokens:
+                finished.append(request.id)
+        stats = self.stats
+        stats.steps += steps
+        stats.generation_tokens += n * steps
+        ids = tuple(r.id for r in running)
+        if finished:
+            self._finish(finished)
+            kv_usage[-1] = self.kv_usage
+        return DecodeWindow(durations, kv_usage, ids, None, tuple(finished))
+
+    def _verify_window(self, stop: Callable[[float], bool] | None) -> DecodeWindow | None:
+        """With speculative decoding: each step as `step()` runs it, one request at a time.
+
+        The requests' progress is kept in local lists while the window runs (the same
+        integers `step()` would store on them) and written back at its end.
+        """
+        running = self.running
+        n = len(running)
+        k = self.limits.num_speculative_tokens
+        size = self.model.block_size
+        cap = self.model.attended_context_cap
+        big = cap if cap is not None else 1 << 62
+        price = self._pricer.duration_s
+        total = self.model.num_gpu_blocks
+        stats = self.stats
+        per_position = stats.accepted_per_position
+        draw = self.rng.random
+        probabilities = [self._accept_probabilities(r.temperature) for r in running]
+        limit = [r.max_tokens for r in running]
+        output = [r.output for r in running]
+        computed = [r.computed for r in running]
+        blocks = [r.blocks for r in running]
+        planned = [0] * n
+        wanted = [0] * n
+        tokens: list[list[int]] = [[] for _ in running]
+        durations: list[float] = []
+        kv_usage: list[float] = []
+        finished: list[str] = []
+        free = self.free_blocks
+        taken = drafted = accepted_total = generated = drafts_total = steps = 0
+        while True:
+            need = decodes = verifies = decode_attended = verify_attended = contexts = 0
+            for i in range(n):
+                context = computed[i]
+                remaining = limit[i] - output[i]
+                t = planned[i] = k + 1 if remaining > k else remaining
+                want = wanted[i] = -(-(context + t) // size)
+                if want > blocks[i]:
+                    need += want - blocks[i]
+                contexts += context
+                if t > 1:
+                    verifies += 1
+                    verify_attended += context if context < big else big
+                else:
+                    decodes += 1
+                    decode_attended += context if context < big else big
+            if need > free:
+                break
+            free -= need
+            taken += need
+            durations.append(
+                price(decodes, verifies, decode_attended, verify_attended, contexts, [])
+            )
+            for i in range(n):
+                if wanted[i] > blocks[i]:
+                    blocks[i] = wanted[i]
+                accepted = 0
+                drafts = planned[i] - 1
+                if drafts > 0:
+                    probs = probabilities[i]
+                    for position in range(drafts if drafts < len(probs) else len(probs)):
+                        if draw() >= probs[position]:
+                            break
+                        accepted += 1
+                        per_position[position] += 1
+                    drafted += drafts
+                    accepted_total += accepted
+                computed[i] += accepted + 1
+                left = limit[i] - output[i]
+                new = accepted + 1 if accepted < left else left
+                output[i] += new
+                generated += new
+                tokens[i].append(new)
+                if new == left:
+                    finished.append(running[i].id)
+            drafts_total += verifies
+            steps += 1
+            kv_usage.append(1 - free / total)
+            if finished or (stop is not None and stop(durations[-1])):
+                break
+        if not steps:
+            return None
+        for i, request in enumerate(running):
+            request.computed = computed[i]
+            request.output = output[i]
+            request.blocks = blocks[i]
+        self._take_blocks(taken)
+        stats.steps += steps
+        stats.generation_tokens += generated
+        if drafted:
+            stats.drafts += drafts_total
+            stats.draft_tokens += drafted
+            stats.accepted_tokens += accepted_total
+        ids = tuple(r.id for r in running)
+        if finished:
+            self._finish(finished)
+            kv_usage[-1] = self.kv_usage
+        return DecodeWindow(durations, kv_usage, ids, tokens, tuple(finished))
+
+    def _take_blocks(self, count: int) -> None:
+        """Hand `count` free blocks to requests without prefix-cache state."""
+        self.free_blocks -= count
+
+    def _accept_probabilities(self, temperature: float) -> tuple[float, ...]:
+        probs = self._probabilities.get(temperature)
+        if probs is None:
+            assert self.acceptance is not None
+            probs = self._probabilities[temperature] = self.acceptance.probabilities(temperature)
+        return probs

@@ -103,6 +103,7 @@ def run_point(
     kv_max = 0.0
     samples: list[tuple[float, float, int, int]] = []
     next_sample = start_ns
+    clock = start_ns  # a window's look-ahead of `now`, for arrivals
 
     def send(at_ns: int, scheduled_ns: int) -> None:
         nonlocal issued
@@ -110,6 +111,34 @@ def run_point(
         issued += 1
         engine.add(SimRequest(rid, point.input_len, point.output_len, point.temperature))
         open_[rid] = _Open(scheduled_ns, at_ns, [], [])
+
+    def finish(rid: str) -> None:
+        state = open_.pop(rid)
+        first = state.chunks_ns[0] if state.chunks_ns else None
+        records.append(
+            RequestRecord(
+                id=rid,
+                point=point.label,
+                scheduled_ns=state.scheduled_ns,
+                sent_ns=state.sent_ns,
+                first_token_ns=first,
+                first_answer_ns=first,
+                end_ns=now,
+                chunk_ns=tuple(state.chunks_ns),
+                chunk_tokens=tuple(state.chunk_tokens),
+                prompt_tokens=point.input_len,
+                output_tokens=sum(state.chunk_tokens),
+                finish_reason="length",
+            )
+        )
+        if point.concurrency is not None and issued < point.requests:
+            send(now, now)
+
+    def arrival_due(duration_s: float) -> bool:
+        """Advance a copy of the clock by one step; true once the next arrival is due."""
+        nonlocal clock
+        clock += max(1, round(duration_s * NS))
+        return pending[-1] <= clock
 
     while pending or not engine.idle:
         while pending and pending[-1] <= now:
@@ -119,6 +148,32 @@ def run_point(
             now = max(now, pending[-1])
             continue
         running_max = max(running_max, len(engine.running))
+        clock = now
+        window = engine.decode_window(arrival_due if pending else None)
+        if window is not None:
+            waiting_max = max(waiting_max, len(engine.waiting))
+            times = []
+            last = len(window.durations_s) - 1
+            running_now = len(window.requests)
+            for index, duration in enumerate(window.durations_s):
+                now += max(1, round(duration * NS))
+                times.append(now)
+                if now >= next_sample:
+                    running = len(engine.running) if index == last else running_now
+                    kv = window.kv_usage[index]
+                    samples.append(
+                        ((now - start_ns) / NS, round(kv, 4), running, len(engine.waiting))
+                    )
+                    next_sample = now + SAMPLE_EVERY_NS
+            kv_max = max(kv_max, *window.kv_usage)
+            tokens = window.tokens
+            for index, rid in enumerate(window.requests):
+                state = open_[rid]
+                state.chunks_ns.extend(times)
+                state.chunk_tokens.extend([1] * len(times) if tokens is None else tokens[index])
+            for rid in window.finished:
+                finish(rid)
+            continue
         result = engine.step()
         now += max(1, round(result.duration_s * NS))
         waiting_max = max(waiting_max, len(engine.waiting))
@@ -129,29 +184,10 @@ def run_point(
                  len(engine.waiting))
             )  # fmt: skip
             next_sample = now + SAMPLE_EVERY_NS
-        for rid, tokens in result.gained:
+        for rid, tokens_gained in result.gained:
             state = open_[rid]
             state.chunks_ns.append(now)
-            state.chunk_tokens.append(tokens)
+            state.chunk_tokens.append(tokens_gained)
         for rid in result.finished:
-            state = open_.pop(rid)
-            first = state.chunks_ns[0] if state.chunks_ns else None
-            records.append(
-                RequestRecord(
-                    id=rid,
-                    point=point.label,
-                    scheduled_ns=state.scheduled_ns,
-                    sent_ns=state.sent_ns,
-                    first_token_ns=first,
-                    first_answer_ns=first,
-                    end_ns=now,
-                    chunk_ns=tuple(state.chunks_ns),
-                    chunk_tokens=tuple(state.chunk_tokens),
-                    prompt_tokens=point.input_len,
-                    output_tokens=sum(state.chunk_tokens),
-                    finish_reason="length",
-                )
-            )
-            if point.concurrency is not None and issued < point.requests:
-                send(now, now)
+            finish(rid)
     return PointRun(records, now, running_max, waiting_max, kv_max, tuple(samples))

@@ -149,3 +149,108 @@ def step_time_from_work(work: StepWork, params: StepTimeParams) -> float:
 def step_time_s(batch: BatchShape, model: SimModel, params: StepTimeParams) -> float:
     """Return the duration of one step in seconds (0 for an empty batch)."""
     return step_time_from_work(step_work(batch, model), params)
+
+
+class StepPricer:
+    """`step_time_s` for one model and set of coefficients, priced from a batch's sums.
+
+    The engine's fast path: instead of a `BatchShape` walked context by context, a step is
+    given by its request counts and the sums of its contexts (plain, and capped at the
+    model's attended context), with the few prefill chunks listed. The terms and their
+    order are `step_work`'s and `step_time_from_work`'s; only the sums are formed in
+    integers first, so the result equals `step_time_s` exactly when the model's per-token
+    bytes and FLOPs are whole numbers (as planner-derived models' are) and to float
+    rounding otherwise. `tests/sim/test_offline_speed.py` checks both.
+    """
+
+    __slots__ = ("_cap", "_compute_rate", "_k", "_memory_rate", "_model", "_params", "_weights")
+
+    def __init__(self, model: SimModel, params: StepTimeParams, num_speculative_tokens: int):
+        self._model = model
+        self._params = params
+        self._k = num_speculative_tokens
+        self._cap = model.attended_context_cap
+        self._memory_rate = model.hbm_bytes_s * params.hbm_efficiency
+        self._compute_rate = model.peak_flops * params.compute_efficiency
+        self._weights: dict[int, float] = {}
+
+    def attended(self, context: int) -> int:
+        """Context tokens one query reads (the sparse-attention cap applied)."""
+        cap = self._cap
+        return context if cap is None or context < cap else cap
+
+    def attended_sum(self, contexts: list[int]) -> int:
+        """Sum of `attended` over contexts."""
+        cap = self._cap
+        if cap is None or not contexts or max(contexts) <= cap:
+            return sum(contexts)
+        return sum(c if c < cap else cap for c in contexts)
+
+    def weight_bytes(self, tokens: int) -> float:
+        """Weights one step of `tokens` tokens reads: non-expert plus experts touched."""
+        weights = self._weights.get(tokens)
+        if weights is None:
+            model = self._model
+            weights = model.nonexpert_bytes + experts_touched(model, tokens) * model.expert_bytes
+            self._weights[tokens] = weights
+        return weights
+
+    def duration_s(
+        self,
+        decodes: int,
+        verifies: int,
+        decode_attended: int,
+        verify_attended: int,
+        contexts: int,
+        chunks: list[tuple[int, int]],
+    ) -> float:
+        """Duration of a step: `decodes` plain decodes and `verifies` verifying requests
+        whose contexts sum to `contexts` (capped: `decode_attended`, `verify_attended`),
+        plus prefill `chunks` of (chunk tokens, tokens already computed)."""
+        model = self._model
+        k = self._k
+        prefill_tokens = kv_prefill = attention_prefill = 0
+        for chunk, done in chunks:
+            prefill_tokens += chunk
+            kv_prefill += self.attended(done + chunk)
+            attention_prefill += chunk * self.attended(done + chunk // 2)
+        n = decodes + verifies * (k + 1) + prefill_tokens
+        if n == 0:
+            return 0.0
+        kv_read = (decode_attended + verify_attended + kv_prefill) * model.kv_bytes_per_token
+        kv_read += contexts * model.indexer_bytes_per_token
+        attention = decode_attended + (k + 1) * verify_attended + attention_prefill
+        memory = self.weight_bytes(n) + kv_read
+        flops = n * model.flops_per_token + attention * model.attention_flops_per_ctx_token
+        p = self._params
+        passes = k if verifies else 0
+        ms = (
+            p.base_ms
+            + p.decode_request_ms * decodes
+            + p.verify_request_ms * verifies
+            + p.prefill_request_ms * len(chunks)
+            + passes * (p.draft_pass_ms + p.draft_request_ms * verifies)
+        )
+        return ms / 1000 + max(memory / self._memory_rate, flops / self._compute_rate)
+
+    def decode_durations_s(
+        self, decodes: int, attended: list[int], contexts: list[int]
+    ) -> list[float]:
+        """Durations of consecutive steps of `decodes` plain decodes and nothing else, whose
+        contexts sum to contexts[i] (capped: attended[i]) in step i."""
+        model = self._model
+        p = self._params
+        memory_rate, compute_rate = self._memory_rate, self._compute_rate
+        weights = self.weight_bytes(decodes)
+        token_flops = decodes * model.flops_per_token
+        kv_bytes, indexer_bytes = model.kv_bytes_per_token, model.indexer_bytes_per_token
+        attention_flops = model.attention_flops_per_ctx_token
+        fixed_s = (p.base_ms + p.decode_request_ms * decodes) / 1000
+        return [
+            fixed_s
+            + max(
+                (weights + (att * kv_bytes + ctx * indexer_bytes)) / memory_rate,
+                (token_flops + att * attention_flops) / compute_rate,
+            )
+            for att, ctx in zip(attended, contexts, strict=True)
+        ]
