@@ -5,6 +5,8 @@ for the EAGLE3 and no-EAGLE3 profiles. Each profile's sweep runs `--runs` times;
 is simulated output tokens per second of wall time (median, with min and max over the
 runs), plus engine steps per second, and separately the time `sweep_summary` takes to turn
 the records into summary.json (metrics and bootstrap intervals), which is not the engine.
+Tokens per CPU second (process time) are printed too: on a shared machine they show what
+the wall figure would be without other processes on the core.
 
 Run on one core: taskset -c 0 .venv/bin/python benchmarks/bench_sim.py [--runs 5]
 """
@@ -44,12 +46,13 @@ def main() -> None:
         points = [
             LoadPoint(f"c={c}", 256, input_len, 128, 0.7, concurrency=c) for c in (1, 4, 16, 128)
         ]
-        walls, summary_walls = [], []
+        walls, cpus, summary_walls = [], [], []
         tokens = steps = 0
         for run in range(runs):
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             results = simulate_sweep(lambda s, p=profile: build_engine(p, seed=s), points, seed=0)
             walls.append(time.perf_counter() - start)
+            cpus.append(time.process_time() - cpu_start)
             total_walls[run] += walls[-1]
             tokens = sum(r.stats.generation_tokens for r in results)
             steps = sum(r.stats.steps for r in results)
@@ -74,6 +77,7 @@ def main() -> None:
             f"{name}: {tokens:,} output tokens, {steps:,} engine steps; "
             f"wall {_spread(walls, '.3f')} s; "
             f"simulated output tok/s {_spread([tokens / w for w in walls], ',.0f')}; "
+            f"per CPU second {_spread([tokens / c for c in cpus], ',.0f')}; "
             f"steps/s {statistics.median(steps / w for w in walls):,.0f}; "
             f"sweep_summary {_spread(summary_walls, '.3f')} s"
         )

@@ -12,19 +12,25 @@ changes at least one of them.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from servekit.errors import SimulationError
 from servekit.results.summary import Workload
-from servekit.sim.engine import Engine, EngineLimits
+from servekit.sim.engine import DecodeWindow, Engine, EngineLimits
 from servekit.sim.model import SimModel
-from servekit.sim.offline import LoadPoint
+from servekit.sim.offline import LoadPoint, run_point
 from servekit.sim.params import AcceptanceParams, StepTimeParams
+from servekit.sim.step_time import BatchShape, StepPricer, step_time_s
 from servekit.sim.sweep import SimPointResult, simulate_sweep, sweep_summary
 
 DATA = Path(__file__).parent / "data" / "offline_golden"
@@ -97,3 +103,121 @@ def test_pressure_case_preempts_and_runs_open_loop_points() -> None:
     assert any(p["server"]["preemptions"] > 0 for p in points)
     assert any(p["rate_rps"] is not None for p in points)
     assert {p["temperature"] for p in config["points"]} == {0.0, 0.7, 1.0}
+
+
+class _StepByStep(Engine):
+    """The engine without decode windows: every step through `step()` (the reference)."""
+
+    def decode_window(self, stop: Callable[[float], bool] | None = None) -> DecodeWindow | None:
+        return None
+
+
+def _random_model(data: st.DataObject, *, whole: bool) -> SimModel:
+    number = st.integers(1, 10**6) if whole else st.floats(0.1, 1e6)
+    return SimModel(
+        nonexpert_bytes=data.draw(st.floats(1e8, 1e10)),
+        expert_bytes=data.draw(st.sampled_from([0.0, 3.3e8])),
+        num_experts=data.draw(st.sampled_from([0, 64])),
+        top_k=4,
+        shared_experts=data.draw(st.integers(0, 1)),
+        flops_per_token=float(data.draw(number)) * 1e3,
+        attention_flops_per_ctx_token=float(data.draw(number)),
+        kv_bytes_per_token=float(data.draw(number)),
+        attended_context_cap=data.draw(st.sampled_from([None, 64, 300])),
+        indexer_bytes_per_token=float(data.draw(st.sampled_from([0, 1, 7]))) * 1.5,
+        hbm_bytes_s=2e12,
+        peak_flops=3e14,
+        num_gpu_blocks=data.draw(st.integers(12, 400)),
+        block_size=data.draw(st.sampled_from([4, 16, 128])),
+        max_model_len=8192,
+    )
+
+
+STEP_PARAMS = StepTimeParams(
+    base_ms=7.0,
+    hbm_efficiency=0.7,
+    compute_efficiency=0.5,
+    decode_request_ms=0.03,
+    verify_request_ms=0.2,
+    prefill_request_ms=1.1,
+    draft_pass_ms=1.7,
+    draft_request_ms=0.09,
+)
+contexts_st = st.lists(st.integers(0, 3000), max_size=40)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data(), k=st.integers(0, 4), whole=st.booleans())
+def test_pricer_equals_step_time_s(data: st.DataObject, k: int, whole: bool) -> None:
+    """StepPricer prices any batch as step_time_s does: to 1e-12 relative, exactly when the
+    model's per-token bytes and FLOPs are whole numbers."""
+    model = _random_model(data, whole=whole)
+    pricer = StepPricer(model, STEP_PARAMS, k)
+    decode, verify = data.draw(contexts_st), data.draw(contexts_st) if k else []
+    chunks = data.draw(st.lists(st.tuples(st.integers(1, 2048), st.integers(0, 3000)), max_size=5))
+    batch = BatchShape(tuple(decode), tuple(verify), tuple(chunks), k)
+    expected = step_time_s(batch, model, STEP_PARAMS)
+    sums = (
+        len(decode),
+        len(verify),
+        pricer.attended_sum(decode),
+        pricer.attended_sum(verify),
+        sum(decode) + sum(verify),
+    )
+    got = [pricer.duration_s(*sums, chunks)]
+    if not chunks:
+        got += pricer.window_durations_s([sums])
+        if decode and not verify:
+            got += pricer.decode_durations_s(sums[0], [sums[2]], [sums[4]])
+    for value in got:
+        if whole:
+            assert value == expected
+        else:
+            assert value == pytest.approx(expected, rel=1e-12, abs=0.0)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    data=st.data(),
+    k=st.sampled_from([0, 0, 2, 3]),
+    seed=st.integers(0, 2**32),
+)
+def test_decode_windows_run_the_steps_step_would_run(
+    data: st.DataObject, k: int, seed: int
+) -> None:
+    """A point run with decode windows gives the same records, counters and samples as the
+    same point run one `step()` at a time (closed and open loops, preemption included)."""
+    model = _random_model(data, whole=data.draw(st.booleans()))
+    limits = EngineLimits(
+        max_num_seqs=data.draw(st.integers(1, 24)),
+        max_num_batched_tokens=data.draw(st.sampled_from([64, 512, 4096])),
+        num_speculative_tokens=k,
+    )
+    acceptance = AcceptanceParams(((0.0, (0.9, 0.7, 0.5, 0.4)), (1.0, (0.6, 0.4, 0.3, 0.2))))
+    requests = data.draw(st.integers(1, 30))
+    load = data.draw(st.sampled_from(["closed", "poisson", "gamma:0.5", "inf"]))
+    point = LoadPoint(
+        "p",
+        requests,
+        data.draw(st.integers(1, 400)),
+        data.draw(st.integers(1, 100)),
+        data.draw(st.sampled_from([0.0, 0.4, 1.0])),
+        concurrency=data.draw(st.integers(1, 32)) if load == "closed" else None,
+        rate_rps=None if load == "closed" else (float("inf") if load == "inf" else 20.0),
+        arrival="poisson" if load in ("closed", "inf") else load,
+    )
+    # a pool from one request's blocks (it must fit alone, or it waits forever) to plenty
+    one = -(-(point.input_len + point.output_len + k) // model.block_size)
+    model = dataclasses.replace(model, num_gpu_blocks=one * data.draw(st.integers(1, 12)))
+    runs = []
+    for engine_class in (Engine, _StepByStep):
+        engine = engine_class(
+            model, limits, STEP_PARAMS, acceptance if k else None, random.Random(seed)
+        )
+        try:
+            run = run_point(engine, point, random.Random(seed + 1))
+        except SimulationError:  # a request over max_model_len: both must refuse it
+            runs.append(None)
+            continue
+        runs.append((run, engine.stats, engine.free_blocks))
+    assert runs[0] == runs[1]

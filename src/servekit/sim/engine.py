@@ -406,10 +406,19 @@ class Engine:
         finished: list[str] = []
         stats = self.stats
         drafted = accepted_total = generated = 0
+        draw = self.rng.random
+        per_position = stats.accepted_per_position
         for request, tokens, decode in plan:
             if decode:
                 drafts = tokens - 1
-                accepted = self._accept(request.temperature, drafts) if drafts > 0 else 0
+                accepted = 0
+                if drafts > 0:  # as _accept, inline
+                    probs = self._accept_probabilities(request.temperature)
+                    for position in range(drafts if drafts < len(probs) else len(probs)):
+                        if draw() >= probs[position]:
+                            break
+                        accepted += 1
+                        per_position[position] += 1
                 drafted += drafts
                 accepted_total += accepted
                 new = accepted + 1
@@ -444,20 +453,6 @@ class Engine:
         for request in [r for r in self.running if r.id in done]:
             self._release(request)
         self.running = [r for r in self.running if r.id not in done]
-
-    def _accept(self, temperature: float, drafts: int) -> int:
-        if drafts <= 0 or self.acceptance is None:
-            return 0
-        probs = self._accept_probabilities(temperature)
-        per_position = self.stats.accepted_per_position
-        draw = self.rng.random
-        accepted = 0
-        for position in range(min(drafts, len(probs))):
-            if draw() >= probs[position]:
-                break
-            accepted += 1
-            per_position[position] += 1
-        return accepted
 
     def decode_window(self, stop: Callable[[float], bool] | None = None) -> DecodeWindow | None:
         """Run the steps `step()` would run while every running request only decodes.
@@ -547,7 +542,10 @@ class Engine:
         """With speculative decoding: each step as `step()` runs it, one request at a time.
 
         The requests' progress is kept in local lists while the window runs (the same
-        integers `step()` would store on them) and written back at its end.
+        integers `step()` would store on them) and written back at its end. While the free
+        blocks cover the most a step can take (`ceil((k + 1) / block_size)` per request),
+        a step is one pass over the requests; otherwise its blocks are counted first, and
+        a step they do not fit is left to `step()`.
         """
         running = self.running
         n = len(running)
@@ -565,44 +563,41 @@ class Engine:
         output = [r.output for r in running]
         computed = [r.computed for r in running]
         blocks = [r.blocks for r in running]
-        planned = [0] * n
-        wanted = [0] * n
         tokens: list[list[int]] = [[] for _ in running]
+        safe = n * -(-(k + 1) // size)  # free blocks that make any step fit
+        shapes: list[tuple[int, int, int, int, int]] = []
         durations: list[float] = []
-        kv_usage: list[float] = []
-        finished: list[str] = []
+        frees: list[int] = []
+        finished: list[int] = []
         free = self.free_blocks
-        taken = drafted = accepted_total = generated = drafts_total = steps = 0
+        taken = drafted = accepted_total = generated = drafts_total = 0
+        requests = range(n)
         while True:
+            if free < safe:
+                need = 0
+                for i in requests:
+                    remaining = limit[i] - output[i]
+                    want = -(-(computed[i] + (k + 1 if remaining > k else remaining)) // size)
+                    if want > blocks[i]:
+                        need += want - blocks[i]
+                if need > free:
+                    break
             need = decodes = verifies = decode_attended = verify_attended = contexts = 0
-            for i in range(n):
+            for i in requests:
                 context = computed[i]
                 remaining = limit[i] - output[i]
-                t = planned[i] = k + 1 if remaining > k else remaining
-                want = wanted[i] = -(-(context + t) // size)
+                planned = k + 1 if remaining > k else remaining
+                want = -(-(context + planned) // size)
                 if want > blocks[i]:
                     need += want - blocks[i]
+                    blocks[i] = want
                 contexts += context
-                if t > 1:
+                accepted = 0
+                if planned > 1:
                     verifies += 1
                     verify_attended += context if context < big else big
-                else:
-                    decodes += 1
-                    decode_attended += context if context < big else big
-            if need > free:
-                break
-            free -= need
-            taken += need
-            durations.append(
-                price(decodes, verifies, decode_attended, verify_attended, contexts, [])
-            )
-            for i in range(n):
-                if wanted[i] > blocks[i]:
-                    blocks[i] = wanted[i]
-                accepted = 0
-                drafts = planned[i] - 1
-                if drafts > 0:
                     probs = probabilities[i]
+                    drafts = planned - 1
                     for position in range(drafts if drafts < len(probs) else len(probs)):
                         if draw() >= probs[position]:
                             break
@@ -610,37 +605,49 @@ class Engine:
                         per_position[position] += 1
                     drafted += drafts
                     accepted_total += accepted
-                computed[i] += accepted + 1
-                left = limit[i] - output[i]
-                new = accepted + 1 if accepted < left else left
+                else:
+                    decodes += 1
+                    decode_attended += context if context < big else big
+                computed[i] = context + accepted + 1
+                new = accepted + 1 if accepted < remaining else remaining
                 output[i] += new
                 generated += new
                 tokens[i].append(new)
-                if new == left:
-                    finished.append(running[i].id)
+                if new == remaining:
+                    finished.append(i)
+            free -= need
+            taken += need
             drafts_total += verifies
-            steps += 1
-            kv_usage.append(1 - free / total)
+            frees.append(free)
+            shape = (decodes, verifies, decode_attended, verify_attended, contexts)
+            if stop is None:
+                shapes.append(shape)
+            else:
+                durations.append(price(*shape, []))
             if finished or (stop is not None and stop(durations[-1])):
                 break
-        if not steps:
+        if not frees:
             return None
+        if stop is None:
+            durations = self._pricer.window_durations_s(shapes)
         for i, request in enumerate(running):
             request.computed = computed[i]
             request.output = output[i]
             request.blocks = blocks[i]
         self._take_blocks(taken)
-        stats.steps += steps
+        stats.steps += len(frees)
         stats.generation_tokens += generated
         if drafted:
             stats.drafts += drafts_total
             stats.draft_tokens += drafted
             stats.accepted_tokens += accepted_total
         ids = tuple(r.id for r in running)
-        if finished:
-            self._finish(finished)
+        kv_usage = [1 - f / total for f in frees]
+        done = tuple(ids[i] for i in finished)
+        if done:
+            self._finish(list(done))
             kv_usage[-1] = self.kv_usage
-        return DecodeWindow(durations, kv_usage, ids, tokens, tuple(finished))
+        return DecodeWindow(durations, kv_usage, ids, tokens, done)
 
     def _take_blocks(self, count: int) -> None:
         """Hand `count` free blocks to requests without prefix-cache state."""

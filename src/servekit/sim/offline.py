@@ -8,6 +8,8 @@ arrival times of `servekit.workload.synthetic` (Poisson, gamma or constant), as 
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import random
 from dataclasses import dataclass
 
@@ -152,19 +154,20 @@ def run_point(
         window = engine.decode_window(arrival_due if pending else None)
         if window is not None:
             waiting_max = max(waiting_max, len(engine.waiting))
-            times = []
-            last = len(window.durations_s) - 1
-            running_now = len(window.requests)
-            for index, duration in enumerate(window.durations_s):
-                now += max(1, round(duration * NS))
-                times.append(now)
-                if now >= next_sample:
-                    running = len(engine.running) if index == last else running_now
-                    kv = window.kv_usage[index]
-                    samples.append(
-                        ((now - start_ns) / NS, round(kv, 4), running, len(engine.waiting))
-                    )
-                    next_sample = now + SAMPLE_EVERY_NS
+            times = list(
+                itertools.accumulate(
+                    (max(1, round(duration * NS)) for duration in window.durations_s), initial=now
+                )
+            )[1:]
+            now = times[-1]
+            last = len(times) - 1
+            index = bisect.bisect_left(times, next_sample)
+            while index <= last:  # the steps after which a live run's sampler fires
+                running = len(engine.running) if index == last else len(window.requests)
+                kv = round(window.kv_usage[index], 4)
+                samples.append(((times[index] - start_ns) / NS, kv, running, len(engine.waiting)))
+                next_sample = times[index] + SAMPLE_EVERY_NS
+                index = bisect.bisect_left(times, next_sample, index + 1)
             kv_max = max(kv_max, *window.kv_usage)
             tokens = window.tokens
             for index, rid in enumerate(window.requests):
