@@ -559,10 +559,11 @@ class Engine:
         per_position = stats.accepted_per_position
         draw = self.rng.random
         probabilities = [self._accept_probabilities(r.temperature) for r in running]
-        limit = [r.max_tokens for r in running]
-        output = [r.output for r in running]
+        left = [r.max_tokens - r.output for r in running]  # tokens still to emit
         computed = [r.computed for r in running]
         blocks = [r.blocks for r in running]
+        room = [b * size - c for b, c in zip(blocks, computed, strict=True)]  # free slots held
+        start_left, start_computed = sum(left), sum(computed)
         tokens: list[list[int]] = [[] for _ in running]
         safe = n * -(-(k + 1) // size)  # free blocks that make any step fit
         shapes: list[tuple[int, int, int, int, int]] = []
@@ -570,27 +571,28 @@ class Engine:
         frees: list[int] = []
         finished: list[int] = []
         free = self.free_blocks
-        taken = drafted = accepted_total = generated = drafts_total = 0
+        taken = drafted = drafts_total = 0
         requests = range(n)
         while True:
             if free < safe:
                 need = 0
                 for i in requests:
-                    remaining = limit[i] - output[i]
-                    want = -(-(computed[i] + (k + 1 if remaining > k else remaining)) // size)
-                    if want > blocks[i]:
-                        need += want - blocks[i]
+                    remaining = left[i]
+                    short = (k + 1 if remaining > k else remaining) - room[i]
+                    if short > 0:
+                        need += -(-short // size)
                 if need > free:
                     break
             need = decodes = verifies = decode_attended = verify_attended = contexts = 0
             for i in requests:
                 context = computed[i]
-                remaining = limit[i] - output[i]
+                remaining = left[i]
                 planned = k + 1 if remaining > k else remaining
-                want = -(-(context + planned) // size)
-                if want > blocks[i]:
-                    need += want - blocks[i]
-                    blocks[i] = want
+                if planned > room[i]:
+                    more = -(-(planned - room[i]) // size)
+                    need += more
+                    blocks[i] += more
+                    room[i] += more * size
                 contexts += context
                 accepted = 0
                 if planned > 1:
@@ -604,14 +606,14 @@ class Engine:
                         accepted += 1
                         per_position[position] += 1
                     drafted += drafts
-                    accepted_total += accepted
                 else:
                     decodes += 1
                     decode_attended += context if context < big else big
-                computed[i] = context + accepted + 1
-                new = accepted + 1 if accepted < remaining else remaining
-                output[i] += new
-                generated += new
+                accepted += 1  # now the request's advance: accepted drafts + the sampled token
+                computed[i] = context + accepted
+                room[i] -= accepted
+                new = accepted if accepted < remaining else remaining
+                left[i] = remaining - new
                 tokens[i].append(new)
                 if new == remaining:
                     finished.append(i)
@@ -632,15 +634,16 @@ class Engine:
             durations = self._pricer.window_durations_s(shapes)
         for i, request in enumerate(running):
             request.computed = computed[i]
-            request.output = output[i]
+            request.output = request.max_tokens - left[i]
             request.blocks = blocks[i]
         self._take_blocks(taken)
-        stats.steps += len(frees)
-        stats.generation_tokens += generated
+        steps = len(frees)
+        stats.steps += steps
+        stats.generation_tokens += start_left - sum(left)
         if drafted:
             stats.drafts += drafts_total
             stats.draft_tokens += drafted
-            stats.accepted_tokens += accepted_total
+            stats.accepted_tokens += sum(computed) - start_computed - steps * n
         ids = tuple(r.id for r in running)
         kv_usage = [1 - f / total for f in frees]
         done = tuple(ids[i] for i in finished)
