@@ -121,7 +121,7 @@ class BlockPool:
             hit.append(same[0])
         return hit
 
-    def touch(self, blocks: Sequence[CachedBlock]) -> None:
+    def hold(self, blocks: Sequence[CachedBlock]) -> None:
         """Hold hit blocks for a request (taking evictable ones out of the free queue)."""
         evictable = self._evictable
         for block in blocks:
