@@ -273,7 +273,7 @@ class Engine:
         need = self._blocks_for(hit_tokens + tokens) - len(hit)
         if need + sum(1 for block in hit if block.refs == 0) > self.pool.free:
             return None
-        self.pool.touch(hit)
+        self.pool.hold(hit)
         cached.extend(hit)
         request.blocks = len(hit)
         request.computed = hit_tokens
