@@ -235,34 +235,46 @@ class StepPricer:
 
     def window_durations_s(self, shapes: list[tuple[int, int, int, int, int]]) -> list[float]:
         """`duration_s` of steps without prefill chunks, each given as (decodes, verifies,
-        decode_attended, verify_attended, contexts), in one loop."""
+        decode_attended, verify_attended, contexts), in one loop.
+
+        The terms that depend only on the request counts (weights read, GEMM FLOPs, the
+        fixed milliseconds) are formed once per distinct (decodes, verifies) and reused.
+        """
         model = self._model
         p = self._params
         k = self._k
-        weight_bytes = self.weight_bytes
         memory_rate, compute_rate = self._memory_rate, self._compute_rate
         kv_bytes, indexer_bytes = model.kv_bytes_per_token, model.indexer_bytes_per_token
-        token_flops, attention_flops = model.flops_per_token, model.attention_flops_per_ctx_token
+        attention_flops = model.attention_flops_per_ctx_token
+        counts: dict[tuple[int, int], tuple[float, float, float]] = {}
         durations = []
         for decodes, verifies, decode_attended, verify_attended, contexts in shapes:
-            n = decodes + verifies * (k + 1)
-            if n == 0:
+            fixed = counts.get((decodes, verifies))
+            if fixed is None:
+                n = decodes + verifies * (k + 1)
+                passes = k if verifies else 0
+                ms = (
+                    p.base_ms
+                    + p.decode_request_ms * decodes
+                    + p.verify_request_ms * verifies
+                    + p.prefill_request_ms * 0
+                    + passes * (p.draft_pass_ms + p.draft_request_ms * verifies)
+                )
+                fixed = counts[decodes, verifies] = (
+                    self.weight_bytes(n),
+                    n * model.flops_per_token,
+                    ms / 1000 if n else -1.0,
+                )
+            weights, token_flops, fixed_s = fixed
+            if fixed_s < 0:  # an empty step
                 durations.append(0.0)
                 continue
             kv_read = (decode_attended + verify_attended) * kv_bytes
             kv_read += contexts * indexer_bytes
             attention = decode_attended + (k + 1) * verify_attended
-            memory = weight_bytes(n) + kv_read
-            flops = n * token_flops + attention * attention_flops
-            passes = k if verifies else 0
-            ms = (
-                p.base_ms
-                + p.decode_request_ms * decodes
-                + p.verify_request_ms * verifies
-                + p.prefill_request_ms * 0
-                + passes * (p.draft_pass_ms + p.draft_request_ms * verifies)
-            )
-            durations.append(ms / 1000 + max(memory / memory_rate, flops / compute_rate))
+            memory = weights + kv_read
+            flops = token_flops + attention * attention_flops
+            durations.append(fixed_s + max(memory / memory_rate, flops / compute_rate))
         return durations
 
     def decode_durations_s(
