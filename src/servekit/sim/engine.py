@@ -478,6 +478,8 @@ class Engine:
         ):
             return None
         if k:
+            if len(running) == 1:
+                return self._single_verify_window(stop)
             return self._verify_window(stop)
         return self._decode_only_window(stop)
 
@@ -651,6 +653,90 @@ class Engine:
             self._finish(list(done))
             kv_usage[-1] = self.kv_usage
         return DecodeWindow(durations, kv_usage, ids, tokens, done)
+
+    def _single_verify_window(self, stop: Callable[[float], bool] | None) -> DecodeWindow | None:
+        """`_verify_window` for one running request (concurrency 1), on plain variables."""
+        request = self.running[0]
+        k = self.limits.num_speculative_tokens
+        size = self.model.block_size
+        cap = self.model.attended_context_cap
+        big = cap if cap is not None else 1 << 62
+        stats = self.stats
+        per_position = stats.accepted_per_position
+        draw = self.rng.random
+        probs = self._accept_probabilities(request.temperature)
+        width = len(probs)
+        left = start_left = request.max_tokens - request.output
+        computed = start_computed = request.computed
+        blocks = request.blocks
+        room = blocks * size - computed
+        tokens: list[int] = []
+        shapes: list[tuple[int, int, int, int, int]] = []
+        durations: list[float] = []
+        frees: list[int] = []
+        free = self.free_blocks
+        taken = drafted = verifies = 0
+        while True:
+            planned = k + 1 if left > k else left
+            need = 0
+            if planned > room:
+                need = -(-(planned - room) // size)
+                if need > free:
+                    break
+                blocks += need
+                room += need * size
+            attended = computed if computed < big else big
+            accepted = 0
+            if planned > 1:
+                drafts = planned - 1
+                for position in range(drafts if drafts < width else width):
+                    if draw() >= probs[position]:
+                        break
+                    accepted += 1
+                    per_position[position] += 1
+                drafted += drafts
+                verifies += 1
+                shape = (0, 1, 0, attended, computed)
+            else:
+                shape = (1, 0, attended, 0, computed)
+            accepted += 1  # now the request's advance: accepted drafts + the sampled token
+            computed += accepted
+            room -= accepted
+            new = accepted if accepted < left else left
+            left -= new
+            tokens.append(new)
+            free -= need
+            taken += need
+            frees.append(free)
+            if stop is None:
+                shapes.append(shape)
+            else:
+                durations.append(self._pricer.duration_s(*shape, []))
+            if not left or (stop is not None and stop(durations[-1])):
+                break
+        if not frees:
+            return None
+        if stop is None:
+            durations = self._pricer.window_durations_s(shapes)
+        request.computed = computed
+        request.output = request.max_tokens - left
+        request.blocks = blocks
+        self._take_blocks(taken)
+        steps = len(frees)
+        stats.steps += steps
+        stats.generation_tokens += start_left - left
+        if drafted:
+            stats.drafts += verifies
+            stats.draft_tokens += drafted
+            stats.accepted_tokens += computed - start_computed - steps
+        total = self.model.num_gpu_blocks
+        kv_usage = [1 - f / total for f in frees]
+        done: tuple[str, ...] = ()
+        if not left:
+            done = (request.id,)
+            self._finish([request.id])
+            kv_usage[-1] = self.kv_usage
+        return DecodeWindow(durations, kv_usage, (request.id,), [tokens], done)
 
     def _take_blocks(self, count: int) -> None:
         """Hand `count` free blocks to requests without prefix-cache state."""
