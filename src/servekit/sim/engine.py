@@ -7,6 +7,8 @@ requests FCFS while `max_num_seqs`, the budget and free KV blocks allow (chunked
 When a running request needs a block and none is free, the most recently admitted request
 is preempted by recompute (its blocks freed, back to the head of the queue). The clock is
 the caller's: the engine has no time source and draws randomness only from the given RNG.
+`decode_window()` runs a stretch of pure-decode steps at once for the offline simulator: the
+same steps, draws and results as calling `step()` for each (faster, not different).
 
 Prefix caching (on by default, as in vLLM V1) applies to requests that carry their token
 ids: when such a request is admitted with nothing computed (new, or resumed after
@@ -382,26 +384,11 @@ class Engine:
         return self._run(plan, k)
 
     def _run(self, plan: list[tuple[SimRequest, int, bool]], k: int) -> StepResult:
+        """Run a scheduled step: one pass over the plan notes each request's context (the
+        batch the step is priced on) before it advances the request."""
         decode_ctx: list[int] = []
         verify_ctx: list[int] = []
         chunks: list[tuple[int, int]] = []
-        for request, tokens, decode in plan:
-            if not decode:
-                chunks.append((tokens, request.computed))
-            elif tokens > 1:
-                verify_ctx.append(request.computed)
-            else:
-                decode_ctx.append(request.computed)
-        batch = BatchShape(tuple(decode_ctx), tuple(verify_ctx), tuple(chunks), k)
-        pricer = self._pricer
-        duration = pricer.duration_s(
-            len(decode_ctx),
-            len(verify_ctx),
-            pricer.attended_sum(decode_ctx),
-            pricer.attended_sum(verify_ctx),
-            sum(decode_ctx) + sum(verify_ctx),
-            chunks,
-        )
         gained: list[tuple[str, int]] = []
         finished: list[str] = []
         stats = self.stats
@@ -413,17 +400,21 @@ class Engine:
                 drafts = tokens - 1
                 accepted = 0
                 if drafts > 0:  # as _accept, inline
+                    verify_ctx.append(request.computed)
                     probs = self._accept_probabilities(request.temperature)
                     for position in range(drafts if drafts < len(probs) else len(probs)):
                         if draw() >= probs[position]:
                             break
                         accepted += 1
                         per_position[position] += 1
-                drafted += drafts
-                accepted_total += accepted
+                    drafted += drafts
+                    accepted_total += accepted
+                else:
+                    decode_ctx.append(request.computed)
                 new = accepted + 1
                 request.computed += new
             else:
+                chunks.append((tokens, request.computed))
                 request.computed += tokens
                 if request.computed < request.prefill_target:
                     continue  # the chunk did not reach the end of the prompt
@@ -438,6 +429,16 @@ class Engine:
             gained.append((request.id, new))
             if new == left:
                 finished.append(request.id)
+        batch = BatchShape(tuple(decode_ctx), tuple(verify_ctx), tuple(chunks), k)
+        pricer = self._pricer
+        duration = pricer.duration_s(
+            len(decode_ctx),
+            len(verify_ctx),
+            pricer.attended_sum(decode_ctx),
+            pricer.attended_sum(verify_ctx),
+            sum(decode_ctx) + sum(verify_ctx),
+            chunks,
+        )
         stats.generation_tokens += generated
         if finished:
             self._finish(finished)

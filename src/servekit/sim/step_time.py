@@ -12,8 +12,10 @@
 
 The model is split in two: `step_work` says what a batch does (bytes read, FLOPs, request
 counts; it depends on the model, never on the coefficients), `step_time_from_work` prices
-that work with the coefficients. Fitting reads `StepWork` of measured steps; the engine calls
-`step_time_s`. See docs/simulator.md for each term's physical reason.
+that work with the coefficients; `step_time_s` is the two composed and the model's reference
+definition. Fitting reads `StepWork` of measured steps; the engine prices its steps with
+`StepPricer`, the same terms formed from the batch's context sums (equal to `step_time_s`,
+tested). See docs/simulator.md for each term's physical reason.
 """
 
 from __future__ import annotations
