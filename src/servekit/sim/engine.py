@@ -586,40 +586,67 @@ class Engine:
                         need += -(-short // size)
                 if need > free:
                     break
-            need = decodes = verifies = decode_attended = verify_attended = contexts = 0
-            for i in requests:
-                context = computed[i]
-                remaining = left[i]
-                planned = k + 1 if remaining > k else remaining
-                if planned > room[i]:
-                    more = -(-(planned - room[i]) // size)
-                    need += more
-                    blocks[i] += more
-                    room[i] += more * size
-                contexts += context
-                accepted = 0
-                if planned > 1:
-                    verifies += 1
-                    verify_attended += context if context < big else big
+            if min(left) > k and max(computed) < big:
+                # the common step: every request verifies k drafts, none is near its end or
+                # the attention cap (the general loop below, with those branches taken)
+                need = 0
+                contexts = sum(computed)
+                for i in requests:
+                    if k + 1 > room[i]:
+                        more = -(-(k + 1 - room[i]) // size)
+                        need += more
+                        blocks[i] += more
+                        room[i] += more * size
+                    accepted = 1  # the sampled token, then each accepted draft
                     probs = probabilities[i]
-                    drafts = planned - 1
-                    for position in range(drafts if drafts < len(probs) else len(probs)):
+                    for position in range(k if k < len(probs) else len(probs)):
                         if draw() >= probs[position]:
                             break
                         accepted += 1
                         per_position[position] += 1
-                    drafted += drafts
-                else:
-                    decodes += 1
-                    decode_attended += context if context < big else big
-                accepted += 1  # now the request's advance: accepted drafts + the sampled token
-                computed[i] = context + accepted
-                room[i] -= accepted
-                new = accepted if accepted < remaining else remaining
-                left[i] = remaining - new
-                tokens[i].append(new)
-                if new == remaining:
-                    finished.append(i)
+                    computed[i] += accepted
+                    room[i] -= accepted
+                    left[i] -= accepted
+                    tokens[i].append(accepted)
+                    if not left[i]:
+                        finished.append(i)
+                drafted += n * k
+                decodes, verifies, decode_attended, verify_attended = 0, n, 0, contexts
+            else:
+                need = decodes = verifies = decode_attended = verify_attended = contexts = 0
+                for i in requests:
+                    context = computed[i]
+                    remaining = left[i]
+                    planned = k + 1 if remaining > k else remaining
+                    if planned > room[i]:
+                        more = -(-(planned - room[i]) // size)
+                        need += more
+                        blocks[i] += more
+                        room[i] += more * size
+                    contexts += context
+                    accepted = 0
+                    if planned > 1:
+                        verifies += 1
+                        verify_attended += context if context < big else big
+                        probs = probabilities[i]
+                        drafts = planned - 1
+                        for position in range(drafts if drafts < len(probs) else len(probs)):
+                            if draw() >= probs[position]:
+                                break
+                            accepted += 1
+                            per_position[position] += 1
+                        drafted += drafts
+                    else:
+                        decodes += 1
+                        decode_attended += context if context < big else big
+                    accepted += 1  # now the request's advance: accepted drafts + the sampled token
+                    computed[i] = context + accepted
+                    room[i] -= accepted
+                    new = accepted if accepted < remaining else remaining
+                    left[i] = remaining - new
+                    tokens[i].append(new)
+                    if new == remaining:
+                        finished.append(i)
             free -= need
             taken += need
             drafts_total += verifies
