@@ -13,7 +13,7 @@ from servekit.profiles import check_profile_output, load_profile
 from servekit.report.tables import calibration_table, coefficients_table
 from servekit.sim.calibrate import calibrate
 from servekit.sim.fit import calibrated_profile, calibration_json
-from servekit.sim.fit_runs import read_runs
+from servekit.bench.run_points import read_runs
 
 _RUN_DIR = click.Path(exists=True, file_okay=False, path_type=Path)
 

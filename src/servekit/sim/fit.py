@@ -309,6 +309,7 @@ def calibration_json(cal: Calibration) -> dict[str, Any]:
             "stderr": [None if e is None else round(e, 4) for e in accept.stderr],
             "verifies": accept.verifies,
             "source": accept.source,
+            "from_chunks": [round(p, 4) for p in accept.from_chunks],
         },
         "step_fit": {"intervals": s.observations, "outliers": s.outliers,
                      "rms_ms": round(s.rms_ms, 4), "mean_abs_rel": round(s.mean_abs_rel, 4)},

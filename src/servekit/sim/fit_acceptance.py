@@ -35,6 +35,8 @@ class AcceptanceFit:
         stderr: binomial standard error of each (None where no verify reached the position).
         verifies: verify steps seen in the chunks.
         source: "counters" or "chunks".
+        from_chunks: the chunks' estimate (beside the counters', to show coalescing or
+            truncated drafts where they disagree; equal to probabilities when source is chunks).
     """
 
     temperature: float
@@ -42,6 +44,7 @@ class AcceptanceFit:
     stderr: tuple[float | None, ...]
     verifies: int
     source: str
+    from_chunks: tuple[float, ...] = ()
 
 
 def conditional_from_counters(per_position: Sequence[float]) -> tuple[float, ...]:
@@ -103,4 +106,4 @@ def fit_acceptance(
     stderr = tuple(
         math.sqrt(p * (1 - p) / reach[i]) if reach[i] else None for i, p in enumerate(probs)
     )
-    return AcceptanceFit(temperature, probs, stderr, len(counts), source)
+    return AcceptanceFit(temperature, probs, stderr, len(counts), source, from_chunks)

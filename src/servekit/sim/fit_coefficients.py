@@ -41,8 +41,11 @@ NAMES: tuple[str, ...] = tuple(step_coefficients())
 # would otherwise be charged to the prefill coefficients) but the simulator has no such term.
 ADMISSION = "admission_ms"
 ADMISSION_RANGE = (0.0, 20.0)
-# Residuals past this many robust standard deviations (1.4826 MAD) are pauses, not steps.
+# Residuals past this many robust standard deviations (1.4826 MAD) are pauses, not steps;
+# but never residuals under RESOLUTION x the median interval: with noise-free data (the
+# simulator's own) the MAD is the solver's tolerance, and no pause is that short.
 OUTLIER_SIGMAS = 6.0
+RESOLUTION = 1e-3
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,51 +228,20 @@ def fit_step_coefficients(obs: Sequence[Observation], start: StepTimeParams) -> 
             fix="measure points with more than one output token per request",
         )
     d = _design(obs)
-    names = (*NAMES, ADMISSION)
     start_values = {**_values(start), ADMISSION: 0.0}
-    bounds = _bounds()
-    fixed = _unexercised(d, start_values)
     keep = np.ones(len(d.measured), dtype=bool)
-    free = [n for n in names if n not in fixed]
-    values, residuals, _ = _solve(d, start_values, free, keep)
+    values, reported = _identify(d, start_values, keep)
+    residuals = _predict(d, values)[0] - d.measured
     sigma = 1.4826 * float(np.median(np.abs(residuals - np.median(residuals))))
-    if sigma > 0:
-        keep = np.abs(_predict(d, values)[0] - d.measured) <= OUTLIER_SIGMAS * sigma
-    reported: dict[str, CoefficientEstimate] = {}
-    while True:
-        values = {**start_values, **{n: values[n] for n in free}}
-        values, residuals, jacobian = _solve(d, values, free, keep)
-        collinear = _collinear(jacobian, free)
-        if collinear is not None:
-            name, note = collinear
-            fixed[name] = note
-            free.remove(name)
-            continue
-        found = estimates(
-            free,
-            np.array([values[n] for n in free]),
-            np.array([start_values[n] for n in free]),
-            jacobian,
-            residuals,
-            [bounds[n] for n in free],
-        )
-        bad = [e for e in found if not e.determined]
-        if not bad:
-            break
-        worst = max(bad, key=lambda e: np.inf if e.stderr is None else e.stderr / _span(e.name))
-        reported[worst.name] = worst
-        fixed[worst.name] = worst.note
-        free.remove(worst.name)
-    for e in found:
-        reported[e.name] = e
-    for name, note in fixed.items():
-        if name not in reported:
-            reported[name] = CoefficientEstimate(name, start_values[name], False, None, note)
-    final = {n: (values[n] if n in free else start_values[n]) for n in names}
-    pred = _predict(d, final)[0][keep]
+    limit = max(OUTLIER_SIGMAS * sigma, RESOLUTION * float(np.median(d.measured)))
+    if (np.abs(residuals) > limit).any():
+        keep = np.abs(residuals) <= limit
+        values, reported = _identify(d, start_values, keep)
+    bounds = _bounds()
+    pred = _predict(d, values)[0][keep]
     measured = d.measured[keep]
     return StepFit(
-        params=replace(start, **{n: final[n] for n in NAMES}),
+        params=replace(start, **{n: values[n] for n in NAMES}),
         estimates=tuple(_at_bound(reported[n], bounds[n]) for n in NAMES),
         admission=_at_bound(reported[ADMISSION], bounds[ADMISSION]) if d.idle.any() else None,
         observations=int(keep.sum()),
@@ -279,28 +251,120 @@ def fit_step_coefficients(obs: Sequence[Observation], start: StepTimeParams) -> 
     )
 
 
+def _identify(
+    d: _Design, start_values: dict[str, float], keep: npt.NDArray[np.bool_]
+) -> tuple[dict[str, float], dict[str, CoefficientEstimate]]:
+    """Fit, fixing undetermined coefficients one at a time; the values and every estimate."""
+    bounds = _bounds()
+    fixed = _unexercised(d, start_values)
+    free = [n for n in (*NAMES, ADMISSION) if n not in fixed]
+    reported: dict[str, CoefficientEstimate] = {}
+    given: dict[str, str] = {}  # a determined coefficient -> the collinear one kept for it
+    values, residuals, jacobian = _solve(d, dict(start_values), free, keep)
+    while True:
+        group = _null_group(jacobian, free)
+        if group:
+            name, values, residuals, jacobian = _fix_best(
+                d, values, free, keep, group, start_values
+            )
+            others = [n for n in group if n != name]
+            fixed[name] = (
+                f"collinear with {', '.join(others)} in these data (no step tells them apart)"
+                if others
+                else "no measured step depends on it"
+            )
+            given.update(dict.fromkeys(others, name))
+            continue
+        found = estimates(
+            free,
+            np.array([values[n] for n in free]),
+            np.array([start_values[n] for n in free]),
+            jacobian,
+            residuals,
+            [bounds[n] for n in free],
+        )
+        bad = {e.name: e for e in found if not e.determined}
+        if not bad:
+            break
+        worst = sorted(bad, key=lambda n: -np.inf if bad[n].stderr is None else -_rel(bad[n]))
+        partners = _correlated(jacobian, free)
+        name, values, residuals, jacobian = _fix_best(d, values, free, keep, worst, start_values)
+        reported[name] = bad[name]
+        fixed[name] = bad[name].note
+        given.update(dict.fromkeys(partners.get(name, ()), name))
+    for e in found:
+        note = f"determined with {given[e.name]} kept" if e.name in given else e.note
+        reported[e.name] = replace(e, note=note)
+    for name, note in fixed.items():
+        values[name] = start_values[name]
+        if name not in reported:
+            reported[name] = CoefficientEstimate(name, start_values[name], False, None, note)
+    return values, reported
+
+
 # Singular values of the range-scaled Jacobian below this fraction of the largest are a null
 # direction: exactly collinear columns, which no amount of data separates.
 RANK_TOLERANCE = 1e-9
 
 
-def _collinear(jacobian: npt.NDArray[np.float64], free: Sequence[str]) -> tuple[str, str] | None:
-    """A coefficient on a null direction of the Jacobian and why, or None at full rank.
+def _null_group(jacobian: npt.NDArray[np.float64], free: Sequence[str]) -> list[str]:
+    """The coefficients on a null direction of the Jacobian (empty at full rank).
 
     The standard errors of `estimates` use a pseudo-inverse, which ignores an exact null
     direction (with noise-free data the residuals vanish too), so the rank is checked first.
     """
     if jacobian.shape[1] < 2:
-        return None
+        return []
     scaled = jacobian * np.array([_span(n) for n in free])
     _, singular, vt = np.linalg.svd(scaled, full_matrices=False)
     if singular[-1] > RANK_TOLERANCE * singular[0]:
-        return None
-    null = np.abs(vt[-1])
-    name = free[int(np.argmax(null))]
-    partners = [free[i] for i in np.flatnonzero(null > 0.05) if free[i] != name]
-    with_ = ", ".join(partners) if partners else "the others"
-    return name, f"collinear with {with_} in these data (no step tells them apart)"
+        return []
+    null = np.abs(vt[-1]) / np.abs(vt[-1]).max()
+    return [free[i] for i in np.argsort(-null) if null[i] > 0.05]
+
+
+def _fix_best(
+    d: _Design,
+    values: dict[str, float],
+    free: list[str],
+    keep: npt.NDArray[np.bool_],
+    candidates: Sequence[str],
+    start: Mapping[str, float],
+) -> tuple[str, dict[str, float], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """Fix the candidate whose refit explains the data best (the first on a tie); `free`
+    loses it. Keeping one of a collinear group at its start can push the others to a bound;
+    the refit cost tells which one can be kept without that."""
+    best = None
+    for name in candidates:
+        rest = [n for n in free if n != name]
+        trial = {**values, name: start[name]}
+        solved, residuals, jacobian = _solve(d, trial, rest, keep)
+        cost = float(residuals @ residuals)
+        if best is None or cost < best[0] * (1 - 1e-9):
+            best = (cost, name, solved, residuals, jacobian)
+    assert best is not None  # candidates is never empty
+    free.remove(best[1])
+    return best[1], best[2], best[3], best[4]
+
+
+# Coefficients whose estimates correlate beyond this are one combination the data pins down:
+# fixing one leaves the other "determined" only given the kept value.
+CORRELATED = 0.95
+
+
+def _correlated(jacobian: npt.NDArray[np.float64], free: Sequence[str]) -> dict[str, list[str]]:
+    """For each coefficient, the others whose estimates correlate with it past CORRELATED."""
+    cov = np.linalg.pinv(jacobian.T @ jacobian)
+    sd = np.sqrt(np.clip(np.diag(cov), 1e-300, None))
+    corr = cov / np.outer(sd, sd)
+    return {
+        a: [b for j, b in enumerate(free) if j != i and abs(corr[i, j]) > CORRELATED]
+        for i, a in enumerate(free)
+    }
+
+
+def _rel(e: CoefficientEstimate) -> float:
+    return (e.stderr or 0.0) / _span(e.name)
 
 
 def _span(name: str) -> float:

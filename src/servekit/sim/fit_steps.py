@@ -156,15 +156,15 @@ def reconstruct_steps(
     for req in reqs:
         for step, context, verify in req.decode_steps(k):
             decodes[step].append((context, verify))
-    # a step may start no earlier than the previous cluster's first arrival
-    starts = [-1] * total
+    # a step starts at the previous cluster's first arrival (the first ones: the first send)
+    starts = [min(r.sent_ns for r in recs)] * total
     for c in range(1, len(clusters)):
         for s in range(first_of[c], last_of[c] + 1):
             starts[s] = clusters[c - 1][0][0]
     prefills: list[list[tuple[int, int]]] = [[] for _ in range(total)]
     unseen: dict[int, list[tuple[int, int]]] = {}
     owner = [c for c, m in enumerate(per_cluster) for _ in range(m)]
-    for req in sorted(reqs, key=lambda q: q.record.sent_ns):
+    for req in sorted(reqs, key=lambda q: (q.record.sent_ns, q.record.chunk_ns[0])):
         pieces = _prefill_pieces(req, decodes, prefills, starts, max_num_batched_tokens, k)
         for at, piece in pieces:
             if at is None:
@@ -261,28 +261,44 @@ def _prefill_pieces(
     budget: int,
     k: int,
 ) -> list[tuple[int | None, tuple[int, int]]]:
-    """(step or None for an unseen step, (chunk tokens, tokens computed before)) in order."""
-    remaining = req.record.prompt_tokens
-    step: int | None = req.prefill_step
-    backward: list[tuple[int | None, int]] = []
-    while remaining > 0:
-        if step is not None and (step < 0 or starts[step] < req.record.sent_ns) and backward:
-            step = None  # the step before was before the request was sent: nobody saw it
-        if step is None:
-            piece = min(remaining, budget)
-        else:
-            used = sum(k + 1 if verify else 1 for _, verify in decodes[step])
-            used += sum(c for c, _ in prefills[step])
-            piece = min(remaining, max(budget - used, 1))
-        backward.append((step, piece))
-        remaining -= piece
-        if step is not None:
-            step -= 1
-    out = []
+    """(step or None for an unseen step, (chunk tokens, tokens computed before)) in order.
+
+    The scheduler fills a prefill forward from the first step with room once the request is
+    admitted: full room in each step, the rest in the step that finishes it (p). The start
+    is the earliest step at or after the send from which the room before p falls short of
+    the prompt (starting earlier, the prefill would have finished before p). When even all
+    the room from the first step after the send to p is short, the missing tokens were
+    prefilled in steps that streamed nothing, before those: full budget each.
+    """
+    prompt = req.record.prompt_tokens
+    p = req.prefill_step
+
+    def room(step: int) -> int:
+        used = sum(k + 1 if verify else 1 for _, verify in decodes[step])
+        return max(budget - used - sum(c for c, _ in prefills[step]), 0)
+
+    first = p
+    while first > 0 and starts[first - 1] >= req.record.sent_ns:
+        first -= 1
+    rooms = {step: room(step) for step in range(first, p)}
+    start = first
+    while sum(rooms[s] for s in range(start, p)) >= prompt:
+        start += 1
+    before = sum(rooms[s] for s in range(start, p))
+    unseen: list[int] = []
+    short = prompt - before - room(p)
+    if start == first and short > 0:
+        unseen = [budget] * -(-short // budget)
+    plan: list[tuple[int | None, int]] = [(None, n) for n in unseen]
+    plan += [(s, rooms[s]) for s in range(start, p) if rooms[s] > 0]
+    out: list[tuple[int | None, tuple[int, int]]] = []
     done = 0
-    for at, piece in reversed(backward):
-        out.append((at, (piece, done)))
-        done += piece
+    for at, n in plan:
+        piece = min(n, prompt - done - 1)  # p keeps at least one token
+        if piece > 0:
+            out.append((at, (piece, done)))
+            done += piece
+    out.append((p, (prompt - done, done)))
     return out
 
 
