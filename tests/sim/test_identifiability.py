@@ -5,7 +5,7 @@ without speculative decoding, then calibrated starting from the profile's own co
 Tolerances: noise-free data (times on the nanosecond clock) recover every determined
 coefficient to 1e-4 relative; with 200 us of uniform jitter on every chunk arrival, each
 determined coefficient lies within 4 of its standard errors of the truth (measured over
-seeds 0-2: |z| <= 1.5). A coefficient the data does not exercise, or exercises only in a
+seeds 0-4: |z| <= 1.61). A coefficient the data does not exercise, or exercises only in a
 fixed combination with another, is reported undetermined with the reason and keeps the
 profile's value.
 """
