@@ -24,7 +24,7 @@ from servekit.results.summary import ServerBlock
 from servekit.sim.build import build_engine, profile_sim_model, profile_step_params
 from servekit.sim.fit_acceptance import AcceptanceFit, fit_acceptance
 from servekit.sim.fit_coefficients import StepFit, fit_step_coefficients, observations
-from servekit.sim.fit_steps import Reconstruction, reconstruct_steps
+from servekit.sim.fit_steps import Reconstruction, reconstruct_steps, running_at
 from servekit.sim.offline import LoadPoint, run_point
 from servekit.sim.params import AcceptanceParams
 
@@ -120,6 +120,8 @@ class Calibration:
         steps: the step-coefficient fit.
         acceptance: the acceptance fit (None without speculative decoding).
         reconstructions: (label, reconstruction) of each training point.
+        running: per training point with /metrics samples, (label, mean of the server's
+            num_requests_running samples, mean of the reconstruction's at the same times).
         checks: training points first, then held-out ones.
         seed: seed of the simulations.
     """
@@ -127,6 +129,7 @@ class Calibration:
     steps: StepFit
     acceptance: AcceptanceFit | None
     reconstructions: tuple[tuple[str, Reconstruction], ...]
+    running: tuple[tuple[str, float, float], ...]
     checks: tuple[PointCheck, ...]
     seed: int
 
@@ -197,7 +200,24 @@ def calibrate(
             )
             run = run_point(engine, _load_point(point), random.Random(seed))
             checks.append(PointCheck(point, held_out, figures(point.records), figures(run.records)))
-    return Calibration(steps, accept, tuple(rebuilt), tuple(checks), seed)
+    running = tuple(
+        check for point, (_, rec) in zip(training, rebuilt, strict=True)
+        if (check := _running_check(point, rec)) is not None
+    )  # fmt: skip
+    return Calibration(steps, accept, tuple(rebuilt), running, tuple(checks), seed)
+
+
+def _running_check(point: RunPoint, rec: Reconstruction) -> tuple[str, float, float] | None:
+    """The server's mean running requests against the reconstruction's, at the sample times
+    (seconds since the point started, taken as its first send)."""
+    samples = point.server.samples or []
+    if not samples:
+        return None
+    start = min(r.sent_ns for r in point.records)
+    times = [start + int(float(s[0]) * 1e9) for s in samples]
+    rebuilt = running_at(rec, times)
+    served = [float(s[2]) for s in samples]
+    return point.label, statistics.fmean(served), statistics.fmean(rebuilt)
 
 
 def _load_point(point: RunPoint) -> LoadPoint:

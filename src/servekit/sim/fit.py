@@ -320,6 +320,10 @@ def calibration_json(cal: Calibration) -> dict[str, Any]:
              "coalesced_chunks": r.coalesced_chunks, "gap_ns": r.gap_ns}
             for label, r in cal.reconstructions
         ],
+        "running": [
+            {"label": label, "server_mean": round(server, 3), "reconstructed_mean": round(mine, 3)}
+            for label, server, mine in cal.running
+        ],
         "seed": cal.seed,
     }  # fmt: skip
 

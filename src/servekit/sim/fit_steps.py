@@ -31,6 +31,7 @@ caller gets the run's preemption count to judge.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import statistics
 from collections.abc import Sequence
@@ -309,3 +310,20 @@ def _batch(decodes: list[tuple[int, bool]], prefills: list[tuple[int, int]], k: 
         tuple(prefills),
         k,
     )
+
+
+def running_at(rec: Reconstruction, times_ns: Sequence[int]) -> list[int]:
+    """Requests in the step running at each time (0 in idle time): the reconstruction's
+    view of /metrics' num_requests_running, to check it against the server's samples."""
+    ends = [i.end_ns for i in rec.intervals]
+    out = []
+    for t in times_ns:
+        index = bisect.bisect_left(ends, t)
+        if index == len(ends) or t < rec.intervals[index].start_ns:
+            out.append(0)
+            continue
+        batch = rec.intervals[index].batches[-1]
+        out.append(
+            len(batch.decode_contexts) + len(batch.verify_contexts) + len(batch.prefill_chunks)
+        )
+    return out
