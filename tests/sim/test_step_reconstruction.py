@@ -154,8 +154,8 @@ def test_a_chunk_split_in_two_reads_is_one_delivery(make_engine: MakeEngine) -> 
 
 
 def test_running_requests_match_the_engine_samples(make_engine: MakeEngine) -> None:
-    """The reconstruction's running requests at the engine's sample times equal what the
-    engine had running in those steps, on average within one request."""
+    """The reconstruction's running requests at the engine's sample times are what the
+    engine had running: within one (a request finishing in the sampled step), mostly equal."""
     engine = make_engine()
     run = run_point(engine, LoadPoint("rate", 100, 200, 30, rate_rps=20.0), random.Random(2))
     rec = reconstruct_steps(run.records, max_num_batched_tokens=2048)
@@ -163,4 +163,5 @@ def test_running_requests_match_the_engine_samples(make_engine: MakeEngine) -> N
     mine = running_at(rec, times)
     served = [running for _, _, running, _ in run.samples]
     assert len(mine) == len(served) > 10
-    assert abs(sum(mine) - sum(served)) / len(served) < 1.0
+    assert max(abs(a - b) for a, b in zip(mine, served, strict=True)) <= 1
+    assert sum(a == b for a, b in zip(mine, served, strict=True)) >= 0.9 * len(served)
