@@ -23,25 +23,6 @@ def points_table(points: Sequence[SummaryPoint], *, title: str) -> Table:
     return table
 
 
-def fit_table(rows: Sequence[Mapping[str, Any]], *, title: str) -> Table:
-    """Measured against simulated throughput and latency per point, with relative errors."""
-    table = Table(
-        "load", "measured tok/s", "simulated", "error", "measured s", "simulated", "error",
-        title=title, title_justify="left",
-    )  # fmt: skip
-    for r in rows:
-        table.add_row(
-            f"c={r['concurrency']}",
-            f"{r['measured_tok_s']:.1f}",
-            f"{r['simulated_tok_s']:.1f}",
-            f"{r['throughput_error']:+.1%}",
-            f"{r['measured_latency_s']:.3f}",
-            f"{r['simulated_latency_s']:.3f}",
-            f"{r['latency_error']:+.1%}",
-        )
-    return table
-
-
 # (JSON key, column heading, format of the figure)
 _CALIBRATION_FIGURES = (
     ("output_tok_s", "tok/s", "{:.1f}"),
@@ -68,7 +49,7 @@ def calibration_table(points: Sequence[Mapping[str, Any]], *, title: str) -> Tab
 
 def coefficients_table(coefficients: Sequence[Mapping[str, Any]], *, title: str) -> Table:
     """Each fitted coefficient: value +- standard error, or undetermined with the reason."""
-    table = Table("coefficient", "value", "+-", "", title=escape(title), title_justify="left")
+    table = Table("coefficient", "value", "+-", "note", title=escape(title), title_justify="left")
     for c in coefficients:
         stderr = "" if c["stderr"] is None else f"{c['stderr']:.3g}"
         state = "" if c["determined"] else "undetermined (kept): "
