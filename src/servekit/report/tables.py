@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from rich.markup import escape
@@ -34,12 +35,17 @@ _CALIBRATION_FIGURES = (
 
 
 def calibration_table(points: Sequence[Mapping[str, Any]], *, title: str) -> Table:
-    """Per point (fit, then held out): each figure measured, and below it predicted + error."""
+    """Per point (fit, then held out): each figure measured, and below it predicted + error;
+    a point measured in several runs (rounds) shows each run's directory."""
     table = Table("point", "role", title=escape(title), title_justify="left", show_lines=True)
     for _, heading, _ in _CALIBRATION_FIGURES:
         table.add_column(f"{heading}\nmeasured\npredicted", justify="right")
+    labels = [str(p["label"]) for p in points]
     for p in points:
-        cells = [escape(str(p["label"])), "held out" if p["held_out"] else "fit"]
+        label = str(p["label"])
+        if labels.count(label) > 1:  # rounds of one point: say which run each row is
+            label += "\n" + "/".join(Path(str(p["source"])).parts[-2:])
+        cells = [escape(label), "held out" if p["held_out"] else "fit"]
         for key, _, fmt in _CALIBRATION_FIGURES:
             measured, predicted = fmt.format(p["measured"][key]), fmt.format(p["predicted"][key])
             cells.append(f"{measured}\n{predicted} {p['error'][key]:+.1%}")
