@@ -165,3 +165,20 @@ def test_running_requests_match_the_engine_samples(make_engine: MakeEngine) -> N
     assert len(mine) == len(served) > 10
     assert max(abs(a - b) for a, b in zip(mine, served, strict=True)) <= 1
     assert sum(a == b for a, b in zip(mine, served, strict=True)) >= 0.9 * len(served)
+
+
+def test_coalesced_verify_chunks_are_split_into_their_steps(make_engine: MakeEngine) -> None:
+    """With speculation, two verify chunks of one request merged into one of more than
+    k + 1 tokens are two verify steps again: the batches are unchanged."""
+    engine = make_engine(seqs=16, k=3, seed=3)
+    records, batches = recorded_run(engine, LoadPoint("spec", 12, 300, 40, concurrency=4))
+    r = records[0]
+    big = next(i for i in range(1, len(r.chunk_tokens) - 1)
+               if r.chunk_tokens[i] + r.chunk_tokens[i + 1] > 4)  # fmt: skip
+    merged = dataclasses.replace(
+        r,
+        chunk_ns=r.chunk_ns[:big] + r.chunk_ns[big + 1 :],
+        chunk_tokens=(*r.chunk_tokens[:big], r.chunk_tokens[big] + r.chunk_tokens[big + 1],
+                      *r.chunk_tokens[big + 2 :]),
+    )  # fmt: skip
+    assert rebuilt([merged, *records[1:]], k=3) == batches

@@ -244,8 +244,12 @@ class _Req:
             return out
         before = self.chunks[0][1]
         for step, n in self.chunks[1:]:
-            out.append((step, prompt + before - 1, wanted - before > 1))
-            before += n
+            # a delivery of more than k + 1 tokens is several verify steps ending here
+            q = -(-n // (k + 1))
+            for j in range(q):
+                piece = min(k + 1, n - j * (k + 1))
+                out.append((step - q + 1 + j, prompt + before - 1, wanted - before > 1))
+                before += piece
         return out
 
 
@@ -259,12 +263,12 @@ def _requests(
     for c, cluster in enumerate(clusters):
         for _, i, n in cluster:
             reqs[i].chunks.append((last_of[c], n))
-    if k == 0:
-        for req in reqs:  # the first token alone came from the prefill step
-            step, n = req.chunks[0]
-            if n > 1:
-                req.chunks[0] = (step - n + 1, 1)
-                req.chunks.insert(1, (step, n - 1))
+    for req in reqs:  # the first token alone came from the prefill step
+        step, n = req.chunks[0]
+        if n > 1:
+            behind = n - 1 if k == 0 else -(-(n - 1) // (k + 1))  # steps after the prefill
+            req.chunks[0] = (step - behind, 1)
+            req.chunks.insert(1, (step, n - 1))
     return reqs
 
 
