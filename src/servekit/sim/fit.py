@@ -131,8 +131,12 @@ def calibration_json(cal: Calibration) -> dict[str, Any]:
             {"label": label, "steps": r.steps, "intervals": len(r.intervals),
              "after_idle": sum(1 for i in r.intervals if i.after_idle),
              "unseen_prefill_steps": sum(i.unseen_prefill_steps for i in r.intervals),
-             "coalesced_chunks": r.coalesced_chunks, "gap_ns": r.gap_ns}
-            for label, r in cal.reconstructions
+             "coalesced_chunks": r.coalesced_chunks, "gap_ns": r.gap_ns,
+             "preemptions": check.point.server.preemptions}
+            # the checks start with the training points, in the reconstructions' order
+            for (label, r), check in zip(
+                cal.reconstructions, cal.checks[: len(cal.reconstructions)], strict=True
+            )
         ],
         "running": [
             {"label": label, "server_mean": round(server, 3), "reconstructed_mean": round(mine, 3)}
