@@ -253,8 +253,10 @@ def test_cli_recovers_the_coefficients_of_sim_run_directories(tmp_path: Path) ->
             "--output-len", "48", "--temperature", "0", "--out", str(tmp_path / name),
         ])  # fmt: skip
         assert made.exit_code == 0, made.stderr
+    out = tmp_path / "fitted.yaml"
     result = runner.invoke(cli, [
-        "sim", "fit", str(tmp_path / "a"), str(tmp_path / "b"), "--profile", SPECULATIVE, "--json",
+        "sim", "fit", str(tmp_path / "a"), str(tmp_path / "b"), "--profile", SPECULATIVE,
+        "-o", str(out), "--json",
     ])  # fmt: skip
     assert result.exit_code == 0, result.stderr
     doc = json.loads(result.stdout)
@@ -268,3 +270,8 @@ def test_cli_recovers_the_coefficients_of_sim_run_directories(tmp_path: Path) ->
     truth = profile_acceptance(base).probabilities(0.0)
     for p, stderr, expected in zip(accept["probabilities"], accept["stderr"], truth, strict=True):
         assert abs(p - expected) < 4 * stderr
+    fitted = load_profile(str(out))
+    assert fitted.simulator is not None
+    assert fitted.simulator.acceptance[0.0] == accept["probabilities"]  # 0.7 stays P's
+    assert fitted.simulator.step.draft_pass_ms == pytest.approx(got["draft_pass_ms"]["value"])
+    assert fitted.simulator.input_len in (256, 1024)

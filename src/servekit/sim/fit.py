@@ -151,11 +151,15 @@ def calibrated_profile(
 ) -> dict[str, object]:
     """A profile document that extends `base_name` with the calibrated simulator section.
 
-    The acceptance, when fitted, is the measured temperature's alone (it stands for all).
+    The fitted acceptance replaces the measured temperature's probabilities; other
+    temperatures keep what P says (`extends` merges them), though the fit's own predictions
+    use the measured temperature for all.
     """
     params = cal.steps.params
     step = {k: round(getattr(params, k), 6) for k in params.__slots__}
     simulator: dict[str, object] = {**base_simulator, "step": step, "sources": [source]}
+    lengths = sorted(c.point.input_len for c in cal.checks if not c.held_out)
+    simulator["input_len"] = lengths[len(lengths) // 2]  # what it was calibrated at
     if cal.acceptance is not None:
         a = cal.acceptance
         simulator["acceptance"] = {a.temperature: [round(p, 4) for p in a.probabilities]}
