@@ -99,3 +99,27 @@ def test_invalid_records_are_one_line(tmp_path: Path, bad: str) -> None:
     assert result.exit_code == 1
     assert "records.jsonl:1" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_realizations_average_the_open_loop_draws(tmp_path: Path) -> None:
+    """--realizations 3 predicts each point as the mean of the single draws with seeds 0, 1
+    and 2; the measured figures do not move."""
+    sim_run(tmp_path / "train", "--concurrency", "1,4")
+    sim_run(tmp_path / "rate", "--rate", "6")
+
+    def held_out(*options: str) -> dict[str, dict[str, float]]:
+        result = CliRunner().invoke(cli, [
+            "sim", "fit", str(tmp_path / "train"), "--holdout", str(tmp_path / "rate"),
+            "--profile", PROFILE, *options, "--json",
+        ])  # fmt: skip
+        assert result.exit_code == 0, result.stderr
+        point: dict[str, dict[str, float]] = json.loads(result.stdout)["points"][-1]
+        return point
+
+    singles = [held_out("--seed", str(seed)) for seed in (0, 1, 2)]
+    mean = held_out("--realizations", "3")
+    assert mean["measured"] == singles[0]["measured"]
+    for name, value in mean["predicted"].items():
+        draws = [s["predicted"][name] for s in singles]
+        assert value == pytest.approx(sum(draws) / 3, rel=1e-4, abs=1e-5)
+    assert len({s["predicted"]["ttft_mean_ms"] for s in singles}) == 3  # the draws differ

@@ -7,13 +7,13 @@ from pathlib import Path
 import click
 import yaml
 
+from servekit.bench.run_points import read_runs
 from servekit.cli._output import emit_json, json_option, profiles_dir_option, stdout_console
 from servekit.errors import ConfigError
 from servekit.profiles import check_profile_output, load_profile
 from servekit.report.tables import calibration_table, coefficients_table
 from servekit.sim.calibrate import calibrate
 from servekit.sim.fit import calibrated_profile, calibration_json
-from servekit.bench.run_points import read_runs
 
 _RUN_DIR = click.Path(exists=True, file_okay=False, path_type=Path)
 
@@ -34,6 +34,10 @@ _RUN_DIR = click.Path(exists=True, file_okay=False, path_type=Path)
     help="Write a profile (extends PROFILE) carrying the fitted simulator section.",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seeds the simulations.")
+@click.option(
+    "--realizations", type=click.IntRange(min=1), default=1, show_default=True,
+    help="Simulate each point this many times (seeds SEED, SEED+1, ...) and average.",
+)  # fmt: skip
 @profiles_dir_option
 @json_option
 def fit_command(
@@ -42,6 +46,7 @@ def fit_command(
     holdout_dirs: tuple[Path, ...],
     output: Path | None,
     seed: int,
+    realizations: int,
     profiles_dirs: tuple[str, ...],
     as_json: bool,
 ) -> None:
@@ -50,7 +55,7 @@ def fit_command(
         check_profile_output(output)  # before the work: a fit takes seconds to minutes
     profile = load_profile(profile_name, extra_dirs=profiles_dirs)
     training, holdout = read_runs(run_dirs, holdout_dirs)
-    cal = calibrate(profile, training, holdout, seed=seed)
+    cal = calibrate(profile, training, holdout, seed=seed, realizations=realizations)
     doc = calibration_json(cal)
     if output is not None:
         base = profile.simulator.model_dump(mode="json") if profile.simulator else {}

@@ -147,6 +147,7 @@ def calibrate(
     holdout: Sequence[RunPoint] = (),
     *,
     seed: int = 0,
+    realizations: int = 1,
     gap_ns: int | None = None,
 ) -> Calibration:
     """Fit the simulator to `training` and predict every point.
@@ -157,6 +158,9 @@ def calibrate(
         training: the points to fit.
         holdout: points to predict only.
         seed: seeds the simulated arrivals and acceptance draws.
+        realizations: simulations per point, seeds seed, seed + 1, ...; the predicted
+            figures are their means (an open loop's arrivals, and speculation's acceptance,
+            are random: one draw is one realization of the measured point's process).
         gap_ns: cluster gap of the step reconstruction (default: from each point's chunks).
 
     Raises:
@@ -195,11 +199,19 @@ def calibrate(
     checks = []
     for held_out, points in ((False, training), (True, holdout)):
         for point in points:
-            engine = build_engine(
-                profile, seed=seed, step_params=steps.params, acceptance=acceptance_params(accept)
+            simulated = []
+            for draw in range(seed, seed + realizations):
+                engine = build_engine(
+                    profile, seed=draw, step_params=steps.params,
+                    acceptance=acceptance_params(accept),
+                )  # fmt: skip
+                simulated.append(
+                    figures(run_point(engine, _load_point(point), random.Random(draw)).records)
+                )
+            predicted = Figures(
+                *(statistics.fmean(getattr(f, n) for f in simulated) for n in FIGURES)
             )
-            run = run_point(engine, _load_point(point), random.Random(seed))
-            checks.append(PointCheck(point, held_out, figures(point.records), figures(run.records)))
+            checks.append(PointCheck(point, held_out, figures(point.records), predicted))
     running = tuple(
         check for point, (_, rec) in zip(training, rebuilt, strict=True)
         if (check := _running_check(point, rec)) is not None
