@@ -4,26 +4,31 @@ vLLM streams what one engine step produced as one chunk per advanced request, al
 the same time; so the chunk arrivals of all requests of a load point fall into clusters, one
 per step (or a few coalesced steps). From the clusters:
 
-- a **cluster** starts a new step when the gap to the previous arrival exceeds `gap_ns`
-  (a quarter of the median per-request chunk gap by default), or when a request already has
-  a chunk in the current cluster (one chunk per request per step);
-- the **interval** of a cluster runs from the previous cluster's first arrival to its own
-  first arrival (the least delayed chunk); it is *busy* when some request was in flight at
-  its start, else it *follows idle* time and starts at the earliest send among the requests
-  it served: such an interval also holds the HTTP, tokenization and queueing time before the
-  engine saw the request, which the step model does not price, so fits leave them out;
-- without speculation a chunk of n > 1 tokens is n coalesced steps (the API server fell
-  behind): a cluster holds as many steps as its smallest decode chunk, and each request's
-  tokens are mapped back onto consecutive steps; with speculation a chunk is one verify step
-  (accepted + 1 tokens), unless it carries more than k + 1;
+- a request's **deliveries** are its chunks with tokens (usage-only chunks are dropped),
+  a chunk arriving within `gap_ns` of the request's previous one merged into it (the client
+  read two SSE events at once);
+- a **cluster** starts when the gap to the previous delivery exceeds `gap_ns` (a quarter of
+  the median per-request chunk gap by default, about a quarter of a step), or when a request
+  already has a delivery in the current cluster (one per request per step);
+- the **interval** of a cluster runs from the previous cluster's first (least delayed)
+  arrival to its own; when none of its steps decodes, the engine was idle or only
+  prefilling before it, and the interval starts at the earliest send among the requests it
+  served (`after_idle`): it then also holds the HTTP, tokenization and hand-over time before
+  the engine saw them, which the step model does not price;
+- without speculation a delivery of n > 1 tokens is n coalesced steps (the API server fell
+  behind): a cluster holds as many steps as its smallest decode delivery, and each request's
+  tokens are mapped back onto consecutive steps; with speculation a delivery is one verify
+  step (accepted + 1 tokens), unless it carries more than k + 1: then ceil(n / (k + 1));
 - a request's **first token** marks the step that finished its prefill; a prompt longer
-  than what the token budget leaves (`max_num_batched_tokens` less the step's decodes) was
-  prefilled in chunks over the steps before, which deliver no chunk for it: the earlier
-  chunks go to the preceding steps that started after the request was sent, and when there
-  are none (nothing else was running, so those steps streamed nothing at all) they are
-  added to the interval as prefill-only steps nobody saw;
+  than the room the token budget leaves (`max_num_batched_tokens` less the step's other
+  tokens) was prefilled over the steps before as the scheduler fills them (full room first,
+  the rest in the finishing step, from the earliest start consistent with the first
+  token); when even all the room after the send is short, the prefill ran in steps that
+  streamed nothing at all (nothing else was running) and those are added to the interval as
+  prefill-only steps (`unseen_prefill_steps`);
 - every request between its prefill step and its last token decodes (or verifies) in each
-  step, with context = prompt + tokens so far - 1 (the last sampled token is not cached yet).
+  step, with context = prompt + tokens so far - 1 (the last sampled token is not cached yet);
+  as in the simulator's engine, a request with one token left decodes without drafts.
 
 Preempted requests are not reconstructed (their recompute is invisible in the chunks); the
 caller gets the run's preemption count to judge.
