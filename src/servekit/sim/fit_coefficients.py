@@ -88,7 +88,7 @@ class StepFit:
 
 
 def observations(intervals: Sequence[StepInterval], model: SimModel) -> list[Observation]:
-    """Every interval with its steps' work (`with_idle`: also those that followed idle time)."""
+    """Every interval of positive length with its steps' work (those after idle time flagged)."""
     return [
         Observation(i.duration_s * 1e3, tuple(step_work(b, model) for b in i.batches), i.after_idle)
         for i in intervals
@@ -166,9 +166,9 @@ def _jacobian(d: _Design, v: Mapping[str, float], free: Sequence[str]) -> npt.ND
     return np.stack(cols, axis=1) if cols else np.zeros((len(d.measured), 0))
 
 
-def _unexercised(d: _Design, v: Mapping[str, float]) -> dict[str, str]:
-    """Coefficients no step depends on at the start values, with the reason."""
-    _, t_mem, t_comp = _predict(d, v)
+def _unexercised(d: _Design) -> dict[str, str]:
+    """Coefficients no step can depend on, with the reason (the efficiencies: not at any
+    values inside the plausible ranges)."""
     out = {}
     for name, reason in (
         ("decode_request_ms", "no step has a request decoding one token"),
@@ -179,10 +179,15 @@ def _unexercised(d: _Design, v: Mapping[str, float]) -> dict[str, str]:
     ):
         if not d.linear[:, _LINEAR.index(name)].any():
             out[name] = reason
-    if not (t_comp > t_mem).any() and not (d.compute_ms / 0.1 > d.memory_ms / 0.85).any():
+    bounds = _bounds()
+    slowest_compute = d.compute_ms / bounds["compute_efficiency"][0]
+    fastest_memory = d.memory_ms / bounds["hbm_efficiency"][1]
+    if not (slowest_compute > fastest_memory).any():
         out["compute_efficiency"] = "no step is compute-bound anywhere in the plausible ranges"
-    if not (t_mem >= t_comp).any():
-        out["hbm_efficiency"] = "no step is memory-bound at the start values"
+    slowest_memory = d.memory_ms / bounds["hbm_efficiency"][0]
+    fastest_compute = d.compute_ms / bounds["compute_efficiency"][1]
+    if not (slowest_memory >= fastest_compute).any():
+        out["hbm_efficiency"] = "no step is memory-bound anywhere in the plausible ranges"
     if not d.idle.any():
         out[ADMISSION] = "no interval follows idle time"
     return out
@@ -256,7 +261,7 @@ def _identify(
 ) -> tuple[dict[str, float], dict[str, CoefficientEstimate]]:
     """Fit, fixing undetermined coefficients one at a time; the values and every estimate."""
     bounds = _bounds()
-    fixed = _unexercised(d, start_values)
+    fixed = _unexercised(d)
     free = [n for n in (*NAMES, ADMISSION) if n not in fixed]
     reported: dict[str, CoefficientEstimate] = {}
     given: dict[str, str] = {}  # a determined coefficient -> the collinear one kept for it
