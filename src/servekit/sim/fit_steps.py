@@ -301,17 +301,23 @@ def _prefill_pieces(
         used = sum(k + 1 if verify else 1 for _, verify in decodes[step])
         return max(budget - used - sum(c for c, _ in prefills[step]), 0)
 
-    first = p
-    while first > 0 and starts[first - 1] >= req.record.sent_ns:
-        first -= 1
-    rooms = {step: room(step) for step in range(first, p)}
-    start = first
-    while sum(rooms[s] for s in range(start, p)) >= prompt:
-        start += 1
-    before = sum(rooms[s] for s in range(start, p))
+    # walk back from p while the room before p stays short of the prompt, over steps that
+    # started after the send; where it stops is the start
+    rooms: dict[int, int] = {}
+    before = 0
+    start = p
+    reached_send = True
+    while start > 0 and starts[start - 1] >= req.record.sent_ns:
+        earlier = room(start - 1)
+        if before + earlier >= prompt:
+            reached_send = False
+            break
+        rooms[start - 1] = earlier
+        before += earlier
+        start -= 1
     unseen: list[int] = []
     short = prompt - before - room(p)
-    if start == first and short > 0:
+    if reached_send and short > 0:
         unseen = [budget] * -(-short // budget)
     plan: list[tuple[int | None, int]] = [(None, n) for n in unseen]
     plan += [(s, rooms[s]) for s in range(start, p) if rooms[s] > 0]
