@@ -75,8 +75,12 @@ def _bad_request(message: str, param: str | None = None) -> HttpError:
 async def _token_ids(text: str) -> list[int]:
     """A text's token ids, letting other tasks run now and then on long texts."""
     ids = []
+    known: dict[str, int] = {}  # prompts repeat pieces: hash each distinct one once
     for count, piece in enumerate(iter_pieces(text), start=1):
-        ids.append(token_id(piece))
+        ident = known.get(piece)
+        if ident is None:
+            ident = known[piece] = token_id(piece)
+        ids.append(ident)
         if count % _YIELD_EVERY == 0:
             await asyncio.sleep(0)
     return ids

@@ -16,6 +16,7 @@ count; cached blocks are objects, because which one a hit lands on decides what 
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 
 # The parent hash of a request's first block (vLLM seeds its chain with a constant too).
@@ -68,8 +69,9 @@ class BlockPool:
         # vLLM keeps every block of a hash and hands out the first; duplicates appear when
         # a request recomputes a block it could not take from the cache (its last one).
         self._by_hash: dict[int, list[CachedBlock]] = {}
-        # Cached blocks nobody holds, in eviction order (dicts keep insertion order).
-        self._evictable: dict[CachedBlock, None] = {}
+        # Cached blocks nobody holds, in eviction order; OrderedDict pops its oldest in O(1)
+        # (a plain dict's first item is found by scanning the holes its deletions leave).
+        self._evictable: OrderedDict[CachedBlock, None] = OrderedDict()
 
     @property
     def free(self) -> int:
@@ -97,8 +99,7 @@ class BlockPool:
             return
         assert count <= self.free, "take() beyond the free blocks"
         for _ in range(count - self.uncached_free):
-            block = next(iter(self._evictable))
-            del self._evictable[block]
+            block, _ = self._evictable.popitem(last=False)
             self._forget(block)
             self.evictions += 1
         self.uncached_free = 0
