@@ -182,3 +182,20 @@ def test_coalesced_verify_chunks_are_split_into_their_steps(make_engine: MakeEng
                       *r.chunk_tokens[big + 2 :]),
     )  # fmt: skip
     assert rebuilt([merged, *records[1:]], k=3) == batches
+
+
+@pytest.mark.parametrize("k", [0, 3])
+def test_first_token_delivered_with_the_next_step(make_engine: MakeEngine, k: int) -> None:
+    """At concurrency 1, a first token that reached the client together with the next
+    step's tokens (the vLLM CPU runs show it) still gives the prefill step and the step
+    after it, with and without speculation."""
+    engine = make_engine(k=k, seed=3)
+    records, batches = recorded_run(engine, LoadPoint("c=1", 4, 300, 24, concurrency=1))
+    merged = [
+        dataclasses.replace(
+            r, chunk_ns=r.chunk_ns[1:],
+            chunk_tokens=(r.chunk_tokens[0] + r.chunk_tokens[1], *r.chunk_tokens[2:]),
+        )
+        for r in records
+    ]  # fmt: skip
+    assert rebuilt(merged, k=k) == batches

@@ -205,17 +205,26 @@ def reconstruct_steps(
 
 
 def _steps_per_cluster(clusters: list[list[tuple[int, int, int]]], k: int) -> tuple[list[int], int]:
-    """Steps each cluster holds, and how many chunks carried more than one step."""
+    """Steps each cluster holds, and how many deliveries carried more than one step.
+
+    A decode delivery of n tokens spans n steps (ceil(n / (k + 1)) with speculation); the
+    cluster holds as many as its smallest one (a request whose stream fell behind carries
+    more). A first delivery of n > 1 tokens is the prefill step and the steps after it,
+    all in this cluster: at least that many.
+    """
+
+    def spans(n: int) -> int:
+        return n if k == 0 else -(-n // (k + 1))
+
     seen: set[int] = set()
     out = []
     coalesced = 0
     for cluster in clusters:
-        sizes = [n for _, i, n in cluster if i in seen]
-        m = 1
-        if sizes:
-            m = min(sizes) if k == 0 else max(1, -(-min(sizes) // (k + 1)))
-        out.append(m)
-        coalesced += sum(1 for _, _, n in cluster if n > k + 1)
+        decodes = [spans(n) for _, i, n in cluster if i in seen]
+        firsts = [1 + spans(n - 1) for _, i, n in cluster if i not in seen and n > 1]
+        out.append(max(min(decodes, default=1), max(firsts, default=1)))
+        coalesced += sum(1 for _, i, n in cluster if i in seen and n > k + 1)
+        coalesced += sum(1 for _, i, n in cluster if i not in seen and n > 1)
         seen.update(i for _, i, _ in cluster)
     return out, coalesced
 
