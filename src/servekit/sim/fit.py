@@ -1,9 +1,11 @@
-"""`sim fit` results as documents (core), and the random search scripts/calibrate_sim.py uses.
+"""`sim fit` results as documents (core), and what the aggregate M3 calibration shares.
 
 `calibration_json` and `calibrated_profile` turn a `servekit.sim.calibrate.Calibration`
-into what `servekit sim fit` prints with --json and writes with -o. `search` is a generic
-random search (random draws, then shrinking perturbations around the best) that
-scripts/calibrate_sim.py runs over the plausible ranges in BOUNDS.
+into what `servekit sim fit` prints with --json and writes with -o. `MeasuredPoint` and
+`PointFit` (an aggregate point: throughput and mean latency) are what
+servekit.sim.fit_aggregate fits the M3 profiles to; `search` (random draws, then shrinking
+perturbations around the best, over the plausible ranges in BOUNDS) is what
+scripts/calibrate_sim.py used before it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,39 @@ from servekit.specs import step_coefficients
 
 # Plausible range of each coefficient (declared on StepTimeParams; docs/simulator.md).
 BOUNDS: dict[str, tuple[float, float]] = step_coefficients()
+
+
+@dataclass(frozen=True, slots=True)
+class MeasuredPoint:
+    """One measured load point to fit (the aggregate figures servekit.sim.fit_aggregate
+    calibrates the M3 profiles to)."""
+
+    concurrency: int
+    input_len: int
+    output_len: int
+    temperature: float
+    throughput_tok_s: float
+    latency_s: float
+    requests: int = 64
+
+
+@dataclass(frozen=True, slots=True)
+class PointFit:
+    """Simulated against measured for one point."""
+
+    point: MeasuredPoint
+    throughput_tok_s: float
+    latency_s: float
+
+    @property
+    def throughput_error(self) -> float:
+        """Relative throughput error (simulated / measured - 1)."""
+        return self.throughput_tok_s / self.point.throughput_tok_s - 1
+
+    @property
+    def latency_error(self) -> float:
+        """Relative latency error (simulated / measured - 1)."""
+        return self.latency_s / self.point.latency_s - 1
 
 
 Candidate = TypeVar("Candidate")
