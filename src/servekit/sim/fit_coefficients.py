@@ -1,21 +1,29 @@
 """Step-time coefficients fitted to reconstructed step durations (core): bounded least squares.
 
-Each busy interval (servekit.sim.fit_steps) is one residual: its measured duration less the
-sum of the model's step times for the steps it held, in milliseconds. The work of each step
-comes from `step_work`, the same coefficient-free function the engine prices, so fit and
-engine agree by construction. The model is linear in every coefficient but the two
-efficiencies, which enter through max(t_memory, t_compute): the analytic Jacobian takes the
-active branch of each step at the current coefficients, and scipy's trust-region solver
-iterates with it inside each coefficient's plausible range.
+Each interval (servekit.sim.fit_steps) is one residual: its measured duration less the sum
+of the model's step times for the steps it held, in milliseconds; an interval after idle
+time also holds ADMISSION (the time before the engine saw the request), fitted beside the
+step coefficients. The work of each step comes from `step_work`, the same coefficient-free
+function the engine prices, so fit and engine agree by construction. The model is linear
+in every coefficient but the two efficiencies, which enter through max(t_memory,
+t_compute): the analytic Jacobian takes the active branch of each step at the current
+coefficients, and scipy's trust-region solver iterates with it inside each coefficient's
+plausible range.
 
-Identifiability: a coefficient no step exercises (no verifying request: the verify and
-draft coefficients; no compute-bound step: compute_efficiency) is fixed at the start value
-before the fit. After each fit `servekit.sim.identify.estimates` gives standard errors; while
-one is undetermined, the worst (largest standard error against its range) is fixed at its
-start value and the rest refitted, so that of two collinear coefficients (the fixed step cost
-and the weight-read time of a dense model differ only through the KV read) one is kept and
-the other determined. Intervals whose residual exceeds 6 robust standard deviations (a
-pause of the server or the client) are dropped once after the first fit and counted.
+Identifiability, one coefficient at a time, each fixed at its start value (the profile's):
+- a coefficient no step can exercise (no verifying request: the verify and draft
+  coefficients; no step compute-bound anywhere in the ranges: compute_efficiency) before
+  the fit;
+- one of a group on an exact null direction of the Jacobian (collinear columns, which the
+  pseudo-inverse in `estimates` would hide): the one whose refit explains the data best,
+  the others then reported "determined with X kept";
+- one whose standard error (`servekit.sim.identify.estimates`) exceeds 10% of its range,
+  chosen the same way; coefficients correlated with it past CORRELATED are noted as
+  determined given it.
+ADMISSION is preferred for fixing (at 0) when the data cannot tell it from a step
+coefficient, since the simulator has only the latter. Intervals whose residual exceeds 6
+robust standard deviations (a pause of the server or the client) are dropped once after
+the first round and the identification is redone; they are counted.
 """
 
 from __future__ import annotations
