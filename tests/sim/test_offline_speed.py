@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from servekit.errors import SimulationError
 from servekit.results.summary import Workload
-from servekit.sim.engine import DecodeWindow, Engine, EngineLimits
+from servekit.sim.engine import DecodeWindow, Engine, EngineLimits, StepResult
 from servekit.sim.model import SimModel
 from servekit.sim.offline import LoadPoint, run_point
 from servekit.sim.params import AcceptanceParams, StepTimeParams
@@ -221,3 +221,29 @@ def test_decode_windows_run_the_steps_step_would_run(
             continue
         runs.append((run, engine.stats, engine.free_blocks))
     assert runs[0] == runs[1]
+
+
+def test_a_replaced_step_sees_every_step() -> None:
+    """With `step()` wrapped on the instance, run_point runs no window: the wrapper sees
+    every step the engine counts, and the records equal those of a plain engine."""
+    config = load_case("m3-eagle3")
+    model = SimModel(**config["model"])
+    limits = EngineLimits(**config["limits"])
+    step = StepTimeParams(**config["step"])
+    acceptance = AcceptanceParams(tuple((t, tuple(p)) for t, p in config["acceptance"]))
+    point = LoadPoint("c=4", 16, 1024, 64, 0.7, concurrency=4)
+    plain = Engine(model, limits, step, acceptance, random.Random(3))
+    watched = Engine(model, limits, step, acceptance, random.Random(3))
+    seen = []
+    inner = watched.step
+
+    def watching() -> StepResult:
+        result = inner()
+        seen.append(result.batch)
+        return result
+
+    watched.step = watching  # type: ignore[method-assign]
+    expected = run_point(plain, point, random.Random(4))
+    got = run_point(watched, point, random.Random(4))
+    assert len(seen) == watched.stats.steps == plain.stats.steps > 0
+    assert got == expected

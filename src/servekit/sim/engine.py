@@ -465,14 +465,19 @@ class Engine:
         Returns:
             The steps run, or None when the next step is not a pure decode step (a request
             prefills, a waiting request could be admitted, the batch exceeds the token
-            budget, or it needs blocks that are not free) or a running request takes part
-            in prefix caching (its blocks are named as they fill); call `step()` then.
+            budget, or it needs blocks that are not free), a running request takes part
+            in prefix caching (its blocks are named as they fill), or `step()` has been
+            replaced; call `step()` then.
         """
         running = self.running
         limits = self.limits
         k = limits.num_speculative_tokens
         if (
-            not running
+            # the steps of a window are this class's step(); with step() replaced (by a
+            # subclass, or a wrapper on the instance that watches each step) every step
+            # goes through it
+            getattr(self.step, "__func__", None) is not Engine.step
+            or not running
             or (self.waiting and len(running) < limits.max_num_seqs)
             or len(running) * (k + 1) > limits.max_num_batched_tokens
             or any(r.computed < r.prefill_target or r.cached is not None for r in running)
