@@ -1,186 +1,179 @@
-"""Calibrate the simulator's M3-on-8xA800 coefficients to the deployment's figures.
+"""Calibrate the simulator's M3-on-8xA800 coefficients on part of the deployment's table.
 
-Searches the step-time coefficients and acceptance probabilities inside physically
-plausible bounds (docs/simulator.md) for the values that best meet issue #3's targets:
-the seed table (throughput and mean latency within 10% at concurrency 1/4/16/128 with
-EAGLE3), EAGLE3's 20-49% latency cut at concurrency 1 and 4, no EAGLE3 gain from
-concurrency 8 on, and the 60 tok/s per-stream crossovers at temperature 0.7 and 0.0.
+Fits the step coefficients to the seed table's concurrency 1 and 16 (output throughput and
+mean latency, EAGLE3 on, input 1024 / output 128, temperature 0.7) with
+`servekit.sim.fit_aggregate` (bounded least squares; `servekit.sim.identify` decides which
+coefficients the four figures determine), then predicts the held-out concurrency 4 and 128
+and the deployment's EAGLE3 statements, which the fit never sees. The coefficients the
+figures cannot determine stay at the values below, each with its physical reason
+(docs/simulator.md section 3).
 
-Run: .venv/bin/python scripts/calibrate_sim.py [--iterations N] [--seed S]
-It prints the loss, every target and a YAML `simulator:` block to paste into the profile.
+Run: PYTHONPATH=src .venv/bin/python scripts/calibrate_sim.py
+It prints the estimates, the fitted and held-out tables, the EAGLE3 targets and the
+`simulator:` block of src/servekit/profiles/data/minimax-m3-mxfp8-8xa800.yaml.
 """
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import random
 
+from servekit.analyze.compare import compare_runs, speculation_facts
 from servekit.analyze.summarize import point_metrics
+from servekit.demo import QUICK
 from servekit.profiles import load_profile
 from servekit.profiles.schema import Profile
 from servekit.reference import SEED_TABLE
-from servekit.sim.build import build_engine
-from servekit.sim.fit import BOUNDS, search
+from servekit.results.summary import Summary, Workload
+from servekit.sim.build import DEFAULT_ACCEPTANCE, DEFAULT_STEP, build_engine
+from servekit.sim.engine import Engine
+from servekit.sim.fit import MeasuredPoint, PointFit
+from servekit.sim.fit_aggregate import AggregateFit, Coefficients, fit_aggregate, simulate
 from servekit.sim.offline import LoadPoint, run_point
 from servekit.sim.params import AcceptanceParams, StepTimeParams
+from servekit.sim.sweep import simulate_sweep, sweep_summary
+from servekit.specs import step_coefficients
 
-TABLE = {p.concurrency: p for p in SEED_TABLE}
 ON = load_profile("minimax-m3-mxfp8-8xa800")
 OFF = load_profile("minimax-m3-mxfp8-8xa800-no-eagle3")
+FITTED = (1, 16)
+HELD_OUT = (4, 128)
+SEED = 11  # the seed tests/sim/test_calibration.py simulates with
+REQUESTS = 256
+INPUT_LEN, OUTPUT_LEN, TEMPERATURE = 1024, 128, 0.7
 
-ACCEPT_BOUNDS = (0.3, 0.95)
-# Targets with a small margin inside the seed's statements: a latency cut of 20-49% at
-# concurrency <= 4, and no EAGLE3 throughput gain from concurrency 8 on.
-CUT_LOW = 0.205
-RATIO_LOW = 1.005
-INPUT_LENS = [1024, 2048, 3072, 4096, 6144, 8192]
+# The values of every coefficient the fit does not determine (docs/simulator.md section 3):
+# the roofline defaults of sim/build.py, and one EAGLE3 draft pass from the draft's size.
+START = Coefficients(
+    StepTimeParams(
+        base_ms=DEFAULT_STEP.base_ms,  # fitted
+        hbm_efficiency=DEFAULT_STEP.hbm_efficiency,
+        compute_efficiency=DEFAULT_STEP.compute_efficiency,  # offered to the fit
+        decode_request_ms=DEFAULT_STEP.decode_request_ms,
+        verify_request_ms=DEFAULT_STEP.verify_request_ms,  # fitted
+        prefill_request_ms=DEFAULT_STEP.prefill_request_ms,
+        # 825 MB of draft weights per GPU at 0.6 x 2.039 TB/s (0.67 ms), one layer's kernel
+        # floor and the draft's sampling: the roofline default's 1 ms.
+        draft_pass_ms=DEFAULT_STEP.draft_pass_ms,
+        draft_request_ms=DEFAULT_STEP.draft_request_ms,
+    ),
+    # The EAGLE-family default (acceptance length 2.31 at 0.7, 2.61 at 0.0), written out at
+    # the profile's two temperatures.
+    AcceptanceParams(
+        tuple(
+            (t, tuple(round(p, 4) for p in DEFAULT_ACCEPTANCE.probabilities(t))) for t in (0.0, 0.7)
+        )
+    ),
+)
+FREE = ("base_ms", "verify_request_ms", "compute_efficiency")
 
 
-@dataclasses.dataclass
-class Candidate:
-    step: dict[str, float]
-    warm: list[float]  # acceptance at temperature 0.7
-    cold: list[float]  # acceptance at temperature 0.0
-    input_len: int
+def table_point(concurrency: int) -> MeasuredPoint:
+    """The deployment's figures at one concurrency, as a point to fit or predict."""
+    row = next(p for p in SEED_TABLE if p.concurrency == concurrency)
+    return MeasuredPoint(concurrency, INPUT_LEN, OUTPUT_LEN, TEMPERATURE,
+                         row.output_throughput_tok_s, row.avg_latency_s, REQUESTS)  # fmt: skip
 
 
-def measure(
-    profile: Profile, cand: Candidate, concurrency: int, temperature: float, requests: int
+def new_engine(step: StepTimeParams, acceptance: AcceptanceParams | None) -> Engine:
+    """The EAGLE3 deployment's engine with the given coefficients."""
+    return build_engine(ON, seed=SEED, step_params=step, acceptance=acceptance)
+
+
+def rows(fits: tuple[PointFit, ...]) -> list[str]:
+    """Simulated against the table, one line per point."""
+    return [
+        f"| {f.point.concurrency} | {f.throughput_tok_s:.1f} | {f.point.throughput_tok_s} "
+        f"({f.throughput_error:+.1%}) | {f.latency_s:.3f} | {f.point.latency_s} "
+        f"({f.latency_error:+.1%}) |"
+        for f in fits
+    ]
+
+
+def metrics(
+    profile_on: bool, concurrency: int, temperature: float, c: Coefficients
 ) -> tuple[float, float, float]:
-    engine = build_engine(
-        profile,
-        seed=7,
-        step_params=StepTimeParams(**cand.step),
-        acceptance=AcceptanceParams(((0.0, tuple(cand.cold)), (0.7, tuple(cand.warm)))),
-    )
-    point = LoadPoint(
-        f"c{concurrency}", requests, cand.input_len, 128, temperature, concurrency=concurrency
-    )
-    m = point_metrics(run_point(engine, point, random.Random(7)).records, ci=False)
+    """Throughput, mean latency and mean per-stream tok/s of one simulated point."""
+    prof = ON if profile_on else OFF
+    engine = build_engine(prof, seed=SEED, step_params=c.step, acceptance=c.acceptance)
+    point = LoadPoint(f"c={concurrency}", REQUESTS, INPUT_LEN, OUTPUT_LEN, temperature,
+                      concurrency=concurrency)  # fmt: skip
+    m = point_metrics(run_point(engine, point, random.Random(SEED)).records, ci=False)
     assert m.latency_s.mean is not None
     assert m.per_stream_tok_s.mean is not None
     return m.output_throughput_tok_s, m.latency_s.mean, m.per_stream_tok_s.mean
 
 
-def evaluate(cand: Candidate, requests: int = 64) -> tuple[float, list[str]]:
-    loss = 0.0
-    report: list[str] = []
-    on: dict[int, tuple[float, float, float]] = {}
-    off: dict[int, tuple[float, float, float]] = {}
-    for c in (1, 2, 3, 4, 8, 16, 32, 64, 128):
-        n = max(requests, 2 * c)
-        on[c] = measure(ON, cand, c, 0.7, n)
-        off[c] = measure(OFF, cand, c, 0.7, n)
-    for c, row in TABLE.items():
-        tput, lat = on[c][0], on[c][1]
-        et = tput / row.output_throughput_tok_s - 1
-        el = lat / row.avg_latency_s - 1
-        loss += (
-            0.2 * (et * et + el * el) + 10 * max(0, abs(et) - 0.08) + 10 * max(0, abs(el) - 0.08)
-        )
-        report.append(f"c={c}: tput {tput:.1f} ({et:+.1%}), latency {lat:.3f} s ({el:+.1%})")
-    for c in (1, 4):
-        cut = (off[c][1] - on[c][1]) / off[c][1]
-        loss += 30 * (max(0, CUT_LOW - cut) + max(0, cut - 0.47))
-        report.append(f"c={c}: EAGLE3 latency cut {cut:.1%}")
-    for c in (8, 16, 32, 64, 128):
-        ratio = off[c][0] / on[c][0]
-        loss += 30 * max(0, RATIO_LOW - ratio)
-        report.append(f"c={c}: throughput off/on {ratio:.3f}")
-    cold = {c: measure(ON, cand, c, 0.0, max(requests, 2 * c))[2] for c in (3, 4)}
-    stream = {"0.7": {c: on[c][2] for c in (1, 2, 3)}, "0.0": cold}
-    loss += 0.2 * (
-        max(0, 61 - on[2][2]) + max(0, on[3][2] - 59) + max(0, 61 - cold[3]) + max(0, cold[4] - 59)
-    )
-    report.append(f"per-stream tok/s at 0.7: {stream['0.7']}, at 0.0: {stream['0.0']}")
-    return loss, report
+def eagle3_targets(c: Coefficients) -> list[str]:
+    """The deployment's EAGLE3 statements against the simulation (none of them fitted)."""
+    out = []
+    for conc in (1, 4):
+        on, off = metrics(True, conc, 0.7, c)[1], metrics(False, conc, 0.7, c)[1]
+        out.append(f"EAGLE3 latency cut at c={conc} (20-49%): {(off - on) / off:.1%}")
+    for conc in (8, 16, 32, 64, 128):
+        ratio = metrics(False, conc, 0.7, c)[0] / metrics(True, conc, 0.7, c)[0]
+        out.append(f"throughput off/on at c={conc} (>= 1): {ratio:.3f}")
+    for t, levels in ((0.7, (1, 2, 3)), (0.0, (2, 3, 4))):
+        speeds = ", ".join(f"c={n} {metrics(True, n, t, c)[2]:.1f}" for n in levels)
+        out.append(f"per-stream tok/s at {t}: {speeds}")
+    return out
 
 
-def tau(probs: list[float]) -> float:
-    total, prefix = 1.0, 1.0
-    for p in probs:
-        prefix *= p
-        total += prefix
-    return total
-
-
-def random_candidate(rng: random.Random) -> Candidate:
-    step = {k: rng.uniform(lo, hi) for k, (lo, hi) in BOUNDS.items()}
-    warm = sorted((rng.uniform(0.45, 0.85) for _ in range(3)), reverse=True)
-    cold = [min(0.95, p + rng.uniform(0.03, 0.15)) for p in warm]
-    return Candidate(step, warm, cold, rng.choice(INPUT_LENS))
-
-
-def perturb(cand: Candidate, rng: random.Random, scale: float) -> Candidate:
-    step = {}
-    for key, (lo, hi) in BOUNDS.items():
-        value = cand.step[key] + rng.gauss(0, scale * (hi - lo))
-        step[key] = min(hi, max(lo, value))
-    warm = [
-        min(ACCEPT_BOUNDS[1], max(ACCEPT_BOUNDS[0], p + rng.gauss(0, scale * 0.2)))
-        for p in cand.warm
+def quick_sweep(profile: Profile, c: Coefficients) -> Summary:
+    """An offline sweep of a profile at the quick demo's levels and request counts."""
+    points = [
+        LoadPoint(f"c={n}", QUICK.requests(n), INPUT_LEN, OUTPUT_LEN, TEMPERATURE, concurrency=n)
+        for n in QUICK.concurrency
     ]
-    cold = [
-        min(ACCEPT_BOUNDS[1], max(w, p + rng.gauss(0, scale * 0.2)))
-        for p, w in zip(cand.cold, warm, strict=True)
-    ]
-    input_len = cand.input_len
-    if rng.random() < 0.1:
-        input_len = rng.choice(INPUT_LENS)
-    return Candidate(step, sorted(warm, reverse=True), sorted(cold, reverse=True), input_len)
+
+    def engine(seed: int) -> Engine:
+        return build_engine(profile, seed=seed, step_params=c.step, acceptance=c.acceptance)
+
+    results = simulate_sweep(engine, points, seed=SEED)
+    workload = Workload(input_len=INPUT_LEN, output_len=OUTPUT_LEN, temperature=TEMPERATURE,
+                        requests_per_point=QUICK.min_requests, seed=SEED)  # fmt: skip
+    return sweep_summary(results, profile_name=profile.name, model=None, version="calibrate",
+                         started_at="", workload=workload)  # fmt: skip
 
 
-def plausible(cand: Candidate) -> bool:
-    return 2.3 <= tau(cand.warm) <= 3.5 and 2.3 <= tau(cand.cold) <= 3.5
+def advice(c: Coefficients) -> str:
+    """`servekit compare`'s EAGLE3 advice on offline sweeps at the quick demo's levels."""
+    name, max_batch, k = speculation_facts([ON, OFF])
+    comparison = compare_runs(quick_sweep(OFF, c), quick_sweep(ON, c), spec_name=name,
+                              max_batch=max_batch, spec_tokens=k)  # fmt: skip
+    assert comparison.speculation is not None
+    gains = ", ".join(f"c={n:g} {g:+.1f}%" for n, g in comparison.speculation.gains_pct)
+    return f"{comparison.speculation.recommendation} (EAGLE3 throughput gain: {gains})"
+
+
+def print_profile_block(fit: AggregateFit) -> None:
+    """The `simulator:` section to paste into the profile."""
+    c = fit.coefficients
+    print("simulator:")
+    print(f"  input_len: {INPUT_LEN}")
+    print("  step:")
+    for key in step_coefficients():
+        print(f"    {key}: {getattr(c.step, key):.6g}")
+    assert c.acceptance is not None
+    print("  acceptance:")
+    for t, probs in c.acceptance.points:
+        print(f"    {t:g}: [{', '.join(f'{p:g}' for p in probs)}]")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--iterations", type=int, default=300)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument(
-        "--from-profile", action="store_true", help="search around the profile's current values"
+    fit = fit_aggregate(
+        [table_point(n) for n in FITTED], new_engine=new_engine, start=START, free=FREE, seed=SEED
     )
-    args = parser.parse_args()
-    start = None
-    if args.from_profile and ON.simulator is not None:
-        sim = ON.simulator
-        start = Candidate(
-            dataclasses.asdict(sim.step),
-            list(sim.acceptance[0.7]),
-            list(sim.acceptance[0.0]),
-            sim.input_len or INPUT_LENS[0],
-        )
-
-    def improved(i: int | None, loss: float) -> None:
-        print(f"{'start' if i is None else i}: loss {loss:.4f}", flush=True)
-
-    found = search(
-        evaluate,
-        draw=random_candidate,
-        perturb=perturb,
-        iterations=args.iterations,
-        rng=random.Random(args.seed),
-        start=start,
-        explore=not args.from_profile,
-        admissible=plausible,
-        on_improve=improved,
-    )
-    assert found is not None
-    best = found.best
-    loss, report = evaluate(best, requests=256)
-    print(f"final loss (256 requests per point): {loss:.4f}")
-    print("\n".join(report))
-    print(f"acceptance length: 0.7 -> {tau(best.warm):.2f}, 0.0 -> {tau(best.cold):.2f}")
-    print("simulator:")
-    print(f"  input_len: {best.input_len}")
-    print("  step:")
-    for key, value in best.step.items():
-        print(f"    {key}: {value:.4g}")
-    print("  acceptance:")
-    print(f"    0.0: [{', '.join(f'{p:.3f}' for p in best.cold)}]")
-    print(f"    0.7: [{', '.join(f'{p:.3f}' for p in best.warm)}]")
+    print(f"{fit.evaluations} evaluations of the fitted points")
+    for e in fit.estimates:
+        state = "determined" if e.determined else f"undetermined ({e.note}), kept"
+        err = f" +- {e.stderr:.3g}" if e.stderr is not None else ""
+        print(f"  {e.name} = {e.value:.4g}{err}: {state}")
+    print("fitted:\n" + "\n".join(rows(fit.points)))
+    held = simulate(new_engine, fit.coefficients, [table_point(n) for n in HELD_OUT], seed=SEED)
+    print("held out:\n" + "\n".join(rows(held)))
+    print("\n".join(eagle3_targets(fit.coefficients)))
+    print(f"advice: {advice(fit.coefficients)}")
+    print_profile_block(fit)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,100 @@
+"""fit_aggregate: bounded least squares on aggregate points recovers known coefficients."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import cache
+
+import pytest
+
+from servekit.errors import SimulationError
+from servekit.profiles import load_profile
+from servekit.sim.build import DEFAULT_ACCEPTANCE, DEFAULT_STEP, build_engine
+from servekit.sim.engine import Engine
+from servekit.sim.fit import MeasuredPoint
+from servekit.sim.fit_aggregate import AggregateFit, Coefficients, fit_aggregate, simulate
+from servekit.sim.params import AcceptanceParams, StepTimeParams
+
+PROFILE = load_profile("minimax-m3-mxfp8-8xa800")
+OFF = load_profile("minimax-m3-mxfp8-8xa800-no-eagle3")
+# Known coefficients to generate "measured" points from.
+TRUTH = Coefficients(replace(DEFAULT_STEP, base_ms=12.0, verify_request_ms=1.0), DEFAULT_ACCEPTANCE)
+
+
+def new_engine(step: StepTimeParams, acceptance: AcceptanceParams | None) -> Engine:
+    """The M3 EAGLE3 engine with the given coefficients."""
+    return build_engine(PROFILE, seed=3, step_params=step, acceptance=acceptance)
+
+
+def off_engine(step: StepTimeParams, acceptance: AcceptanceParams | None) -> Engine:
+    """The M3 engine without speculative decoding."""
+    return build_engine(OFF, seed=3, step_params=step, acceptance=acceptance)
+
+
+@cache
+def truth_points(speculative: bool = True) -> tuple[MeasuredPoint, ...]:
+    """The simulator's own throughput and latency at concurrency 1 and 16 (32 requests)."""
+    shape = [MeasuredPoint(c, 1024, 128, 0.7, 1.0, 1.0, 32) for c in (1, 16)]
+    fits = simulate(new_engine if speculative else off_engine, TRUTH, shape, seed=3)
+    return tuple(replace(f.point, throughput_tok_s=f.throughput_tok_s, latency_s=f.latency_s)
+                 for f in fits)  # fmt: skip
+
+
+@cache
+def recovered() -> AggregateFit:
+    """base_ms and verify_request_ms refitted from a start far from the truth."""
+    start = Coefficients(replace(TRUTH.step, base_ms=5.0, verify_request_ms=0.2), TRUTH.acceptance)
+    return fit_aggregate(truth_points(), new_engine=new_engine, start=start,
+                         free=("base_ms", "verify_request_ms"), seed=3)  # fmt: skip
+
+
+def test_recovers_the_coefficients_that_generated_the_points() -> None:
+    """Fitting the simulator's own output recovers base_ms and verify_request_ms within
+    1% and reproduces the points within 0.1%."""
+    fit = recovered()
+    by_name = {e.name: e for e in fit.estimates}
+    assert by_name["base_ms"].determined
+    assert by_name["base_ms"].value == pytest.approx(TRUTH.step.base_ms, rel=0.01)
+    assert by_name["verify_request_ms"].determined
+    assert fit.coefficients.step.verify_request_ms == pytest.approx(
+        TRUTH.step.verify_request_ms, rel=0.01
+    )
+    assert "draft_pass_ms" in fit.fixed
+    for f in fit.points:
+        assert abs(f.throughput_error) < 1e-3
+        assert abs(f.latency_error) < 1e-3
+
+
+def test_a_coefficient_no_step_uses_is_reported_and_kept() -> None:
+    """Without speculative decoding, draft_pass_ms is undetermined, kept at its start value
+    and said to be untouched by the data, while base_ms is still recovered."""
+    start = Coefficients(replace(TRUTH.step, base_ms=5.0, draft_pass_ms=3.0), None)
+    fit = fit_aggregate(truth_points(speculative=False), new_engine=off_engine, start=start,
+                        free=("base_ms", "draft_pass_ms"), seed=3)  # fmt: skip
+    draft = next(e for e in fit.estimates if e.name == "draft_pass_ms")
+    assert not draft.determined
+    assert draft.stderr is None
+    assert draft.note == "no measured quantity depends on it"
+    assert fit.coefficients.step.draft_pass_ms == 3.0
+    assert fit.coefficients.step.base_ms == pytest.approx(TRUTH.step.base_ms, rel=0.01)
+
+
+def test_the_objective_is_deterministic() -> None:
+    """Two simulations with the same coefficients and seed give identical figures."""
+    a = simulate(new_engine, TRUTH, truth_points(), seed=3)
+    b = simulate(new_engine, TRUTH, truth_points(), seed=3)
+    assert a == b
+
+
+def test_refuses_as_many_free_coefficients_as_figures() -> None:
+    """Four free coefficients for two points (four figures) is refused, naming the count."""
+    with pytest.raises(SimulationError, match="4 free coefficients for 4 measured figures"):
+        fit_aggregate(truth_points(), new_engine=new_engine, start=TRUTH,
+                      free=("base_ms", "hbm_efficiency", "compute_efficiency",
+                            "verify_request_ms"))  # fmt: skip
+
+
+def test_refuses_an_unknown_coefficient() -> None:
+    """A name that is neither a step field nor an acceptance position is refused."""
+    with pytest.raises(SimulationError, match="cannot fit base_s: not a coefficient"):
+        fit_aggregate(truth_points(), new_engine=new_engine, start=TRUTH, free=("base_s",))
