@@ -12,7 +12,13 @@ from servekit.profiles import load_profile
 from servekit.sim.build import DEFAULT_ACCEPTANCE, DEFAULT_STEP, build_engine
 from servekit.sim.engine import Engine
 from servekit.sim.fit import MeasuredPoint
-from servekit.sim.fit_aggregate import AggregateFit, Coefficients, fit_aggregate, simulate
+from servekit.sim.fit_aggregate import (
+    AggregateFit,
+    Coefficients,
+    acceptance_name,
+    fit_aggregate,
+    simulate,
+)
 from servekit.sim.params import AcceptanceParams, StepTimeParams
 
 PROFILE = load_profile("minimax-m3-mxfp8-8xa800")
@@ -98,3 +104,22 @@ def test_refuses_an_unknown_coefficient() -> None:
     """A name that is neither a step field nor an acceptance position is refused."""
     with pytest.raises(SimulationError, match="cannot fit base_s: not a coefficient"):
         fit_aggregate(truth_points(), new_engine=new_engine, start=TRUTH, free=("base_s",))
+
+
+def test_recovers_an_acceptance_probability() -> None:
+    """With the step coefficients known, the first draft position's acceptance at 0.7 is
+    recovered from the simulator's own points within 0.03 (acceptance draws are discrete)."""
+    accept = AcceptanceParams(((0.0, (0.8, 0.65, 0.55)), (0.7, (0.7, 0.55, 0.45))))
+    truth = Coefficients(TRUTH.step, accept)
+    shape = [MeasuredPoint(c, 1024, 128, 0.7, 1.0, 1.0, 32) for c in (1, 16)]
+    points = [replace(f.point, throughput_tok_s=f.throughput_tok_s, latency_s=f.latency_s)
+              for f in simulate(new_engine, truth, shape, seed=3)]  # fmt: skip
+    start = Coefficients(TRUTH.step, AcceptanceParams(((0.0, (0.8, 0.65, 0.55)),
+                                                       (0.7, (0.5, 0.55, 0.45)))))  # fmt: skip
+    name = acceptance_name(0.7, 1)
+    fit = fit_aggregate(points, new_engine=new_engine, start=start, free=(name,), seed=3)
+    assert fit.estimates[0].name == "acceptance_0.7_p1"
+    assert fit.estimates[0].determined
+    assert fit.coefficients.acceptance is not None
+    assert fit.coefficients.acceptance.probabilities(0.7)[0] == pytest.approx(0.7, abs=0.03)
+    assert fit.coefficients.acceptance.probabilities(0.0) == (0.8, 0.65, 0.55)
