@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from servekit.analyze.compare import compare_runs, speculation_facts
+from servekit.analyze.compare import MIN_SPEC_GAIN_PCT, compare_runs, speculation_facts
 from servekit.analyze.summarize import PointMetrics, point_metrics
 from servekit.demo import QUICK
 from servekit.profiles import load_profile
@@ -184,6 +184,14 @@ def test_eagle3_advice_follows_from_the_simulation() -> None:
                               max_batch=max_batch, spec_tokens=k)  # fmt: skip
     assert comparison.speculation is not None
     assert comparison.speculation.recommendation.startswith("enable EAGLE3 at concurrency <= 4;")
+
+
+@pytest.mark.xfail(strict=True, reason="with 256 requests the simulated c=8 gain is 6.4%")
+def test_eagle3_gain_at_8_under_the_advice_threshold_in_steady_state() -> None:
+    """With 256 requests per point (not the quick demo's 16), EAGLE3 gains under the 5%
+    that `compare` asks of speculation at concurrency 8, so the advice would stay at 4."""
+    on = measure(ON, 8).output_throughput_tok_s
+    assert on / measure(OFF, 8).output_throughput_tok_s - 1 < MIN_SPEC_GAIN_PCT / 100
 
 
 def _per_stream(concurrency: int, temperature: float) -> float:
