@@ -64,7 +64,8 @@ class AggregateFit:
 
     Attributes:
         coefficients: the fitted coefficients (undetermined and fixed ones at their start).
-        estimates: each coefficient that was free in the first round, determined or not.
+        estimates: each coefficient asked to be free, in that order, as the last round it
+            was free in classified it (undetermined ones at their start value).
         fixed: coefficients never freed (kept at the caller's values).
         points: simulated against measured for every fitted point.
         evaluations: simulations of the whole point set the fit ran.
