@@ -15,19 +15,28 @@ It prints the estimates, the fitted and held-out tables, the EAGLE3 targets and 
 
 from __future__ import annotations
 
+import argparse
 import random
+from functools import cache
 
 from servekit.analyze.compare import compare_runs, speculation_facts
 from servekit.analyze.summarize import point_metrics
 from servekit.demo import QUICK
 from servekit.profiles import load_profile
 from servekit.profiles.schema import Profile
-from servekit.reference import SEED_TABLE
+from servekit.reference import FITTED_CONCURRENCY, SEED_TABLE
 from servekit.results.summary import Summary, Workload
-from servekit.sim.build import DEFAULT_ACCEPTANCE, DEFAULT_STEP, build_engine
+from servekit.sim.build import DEFAULT_ACCEPTANCE, DEFAULT_STEP, build_engine, profile_acceptance
 from servekit.sim.engine import Engine
 from servekit.sim.fit import MeasuredPoint, PointFit
-from servekit.sim.fit_aggregate import AggregateFit, Coefficients, fit_aggregate, simulate
+from servekit.sim.fit_aggregate import (
+    AggregateFit,
+    Coefficients,
+    Statement,
+    acceptance_name,
+    fit_aggregate,
+    simulate,
+)
 from servekit.sim.offline import LoadPoint, run_point
 from servekit.sim.params import AcceptanceParams, StepTimeParams
 from servekit.sim.sweep import simulate_sweep, sweep_summary
@@ -35,8 +44,8 @@ from servekit.specs import step_coefficients
 
 ON = load_profile("minimax-m3-mxfp8-8xa800")
 OFF = load_profile("minimax-m3-mxfp8-8xa800-no-eagle3")
-FITTED = (1, 16)
-HELD_OUT = (4, 128)
+FITTED = FITTED_CONCURRENCY
+HELD_OUT = tuple(p.concurrency for p in SEED_TABLE if p.concurrency not in FITTED)
 SEED = 11  # the seed tests/sim/test_calibration.py simulates with
 REQUESTS = 256
 INPUT_LEN, OUTPUT_LEN, TEMPERATURE = 1024, 128, 0.7
@@ -64,7 +73,14 @@ START = Coefficients(
         )
     ),
 )
-FREE = ("base_ms", "verify_request_ms", "compute_efficiency")
+# Offered to the fit; identify keeps those the training figures determine.
+FREE = (
+    "base_ms",
+    "verify_request_ms",
+    "draft_pass_ms",
+    "draft_request_ms",
+    acceptance_name(TEMPERATURE, 1),
+)
 
 
 def table_point(concurrency: int) -> MeasuredPoint:
@@ -89,6 +105,7 @@ def rows(fits: tuple[PointFit, ...]) -> list[str]:
     ]
 
 
+@cache
 def metrics(
     profile_on: bool, concurrency: int, temperature: float, c: Coefficients
 ) -> tuple[float, float, float]:
@@ -101,6 +118,31 @@ def metrics(
     assert m.latency_s.mean is not None
     assert m.per_stream_tok_s.mean is not None
     return m.output_throughput_tok_s, m.latency_s.mean, m.per_stream_tok_s.mean
+
+
+def latency_cut(concurrency: int, c: Coefficients) -> float:
+    """EAGLE3's relative mean-latency cut against the no-EAGLE3 variant at temperature 0.7."""
+    on, off = (
+        metrics(True, concurrency, TEMPERATURE, c)[1],
+        metrics(False, concurrency, TEMPERATURE, c)[1],
+    )
+    return (off - on) / off
+
+
+def off_over_on(concurrency: int, c: Coefficients) -> float:
+    """Throughput without EAGLE3 over throughput with it, at temperature 0.7."""
+    return (
+        metrics(False, concurrency, TEMPERATURE, c)[0]
+        / metrics(True, concurrency, TEMPERATURE, c)[0]
+    )
+
+
+# The deployment's EAGLE3 statements at the training concurrencies (seed.json eagle3_effect);
+# those at 4, 8 and 32-128 are held out.
+STATEMENTS = (
+    Statement("EAGLE3 latency cut at c=1 (20-49%)", lambda c: latency_cut(1, c), 0.20, 0.49),
+    Statement("throughput off/on at c=16 (>= 1)", lambda c: off_over_on(16, c), low=1.0),
+)
 
 
 def eagle3_targets(c: Coefficients) -> list[str]:
@@ -118,31 +160,50 @@ def eagle3_targets(c: Coefficients) -> list[str]:
     return out
 
 
-def quick_sweep(profile: Profile, c: Coefficients) -> Summary:
-    """An offline sweep of a profile at the quick demo's levels and request counts."""
+def quick_sweep(profile: Profile, c: Coefficients, seed: int, requests: int | None) -> Summary:
+    """An offline sweep of a profile at the quick demo's levels, with the demo's request
+    counts (`requests` None) or `requests` per point."""
     points = [
-        LoadPoint(f"c={n}", QUICK.requests(n), INPUT_LEN, OUTPUT_LEN, TEMPERATURE, concurrency=n)
+        LoadPoint(
+            f"c={n}",
+            requests or QUICK.requests(n),
+            INPUT_LEN,
+            OUTPUT_LEN,
+            TEMPERATURE,
+            concurrency=n,
+        )
         for n in QUICK.concurrency
     ]
 
-    def engine(seed: int) -> Engine:
-        return build_engine(profile, seed=seed, step_params=c.step, acceptance=c.acceptance)
+    def engine(point_seed: int) -> Engine:
+        return build_engine(profile, seed=point_seed, step_params=c.step, acceptance=c.acceptance)
 
-    results = simulate_sweep(engine, points, seed=SEED)
+    results = simulate_sweep(engine, points, seed=seed)
     workload = Workload(input_len=INPUT_LEN, output_len=OUTPUT_LEN, temperature=TEMPERATURE,
-                        requests_per_point=QUICK.min_requests, seed=SEED)  # fmt: skip
+                        requests_per_point=requests or QUICK.min_requests, seed=seed)  # fmt: skip
     return sweep_summary(results, profile_name=profile.name, model=None, version="calibrate",
                          started_at="", workload=workload)  # fmt: skip
 
 
-def advice(c: Coefficients) -> str:
-    """`servekit compare`'s EAGLE3 advice on offline sweeps at the quick demo's levels."""
+def advice(c: Coefficients, seed: int = SEED, requests: int | None = None) -> tuple[str, str]:
+    """`servekit compare`'s EAGLE3 advice on offline sweeps at the quick demo's levels, and
+    the EAGLE3 throughput gain at each level."""
     name, max_batch, k = speculation_facts([ON, OFF])
-    comparison = compare_runs(quick_sweep(OFF, c), quick_sweep(ON, c), spec_name=name,
-                              max_batch=max_batch, spec_tokens=k)  # fmt: skip
+    plain, spec = quick_sweep(OFF, c, seed, requests), quick_sweep(ON, c, seed, requests)
+    comparison = compare_runs(plain, spec, spec_name=name, max_batch=max_batch, spec_tokens=k)
     assert comparison.speculation is not None
     gains = ", ".join(f"c={n:g} {g:+.1f}%" for n, g in comparison.speculation.gains_pct)
-    return f"{comparison.speculation.recommendation} (EAGLE3 throughput gain: {gains})"
+    return comparison.speculation.recommendation.split(";")[0], gains
+
+
+def advice_over_seeds(c: Coefficients, seeds: range, requests: int | None) -> None:
+    """The advice and gains for each seed, and how often each advice came out."""
+    counts: dict[str, int] = {}
+    for seed in seeds:
+        text, gains = advice(c, seed, requests)
+        counts[text] = counts.get(text, 0) + 1
+        print(f"  seed {seed}: {text} ({gains})")
+    print(f"  {counts}")
 
 
 def print_profile_block(fit: AggregateFit) -> None:
@@ -159,20 +220,48 @@ def print_profile_block(fit: AggregateFit) -> None:
         print(f"    {t:g}: [{', '.join(f'{p:g}' for p in probs)}]")
 
 
+def profile_coefficients() -> Coefficients:
+    """The coefficients the profile carries now."""
+    assert ON.simulator is not None
+    return Coefficients(ON.simulator.step, profile_acceptance(ON))
+
+
+def report(c: Coefficients, seeds: int) -> None:
+    """Fitted and held-out tables, the EAGLE3 statements and the advice over seeds."""
+    fitted = simulate(new_engine, c, [table_point(n) for n in FITTED], seed=SEED)
+    print("fitted:\n" + "\n".join(rows(fitted)))
+    held = simulate(new_engine, c, [table_point(n) for n in HELD_OUT], seed=SEED)
+    print("held out:\n" + "\n".join(rows(held)))
+    print("\n".join(eagle3_targets(c)))
+    print("advice: {} (EAGLE3 throughput gain: {})".format(*advice(c)))
+    if seeds:
+        print(f"advice over seeds 1-{seeds}, the quick demo's request counts:")
+        advice_over_seeds(c, range(1, seeds + 1), None)
+        print(f"advice over seeds 1-{seeds}, {REQUESTS} requests per point:")
+        advice_over_seeds(c, range(1, seeds + 1), REQUESTS)
+
+
 def main() -> None:
-    fit = fit_aggregate(
-        [table_point(n) for n in FITTED], new_engine=new_engine, start=START, free=FREE, seed=SEED
-    )
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--evaluate", action="store_true",
+                        help="skip the fit; report on the profile's coefficients")  # fmt: skip
+    parser.add_argument("--seeds", type=int, default=0, help="advice over seeds 1..N")
+    args = parser.parse_args()
+    if args.evaluate:
+        report(profile_coefficients(), args.seeds)
+        return
+    fit = fit_aggregate([table_point(n) for n in FITTED], new_engine=new_engine, start=START,
+                        free=FREE, statements=STATEMENTS, seed=SEED)  # fmt: skip
     print(f"{fit.evaluations} evaluations of the fitted points")
+    for st in fit.statements:
+        print(
+            f"  fitted statement {st.statement.name}: {st.value:.4f} (residual {st.residual:.4f})"
+        )
     for e in fit.estimates:
         state = "determined" if e.determined else f"undetermined ({e.note}), kept"
         err = f" +- {e.stderr:.3g}" if e.stderr is not None else ""
         print(f"  {e.name} = {e.value:.4g}{err}: {state}")
-    print("fitted:\n" + "\n".join(rows(fit.points)))
-    held = simulate(new_engine, fit.coefficients, [table_point(n) for n in HELD_OUT], seed=SEED)
-    print("held out:\n" + "\n".join(rows(held)))
-    print("\n".join(eagle3_targets(fit.coefficients)))
-    print(f"advice: {advice(fit.coefficients)}")
+    report(fit.coefficients, args.seeds)
     print_profile_block(fit)
 
 

@@ -15,6 +15,7 @@ from servekit.sim.fit import MeasuredPoint
 from servekit.sim.fit_aggregate import (
     AggregateFit,
     Coefficients,
+    Statement,
     acceptance_name,
     fit_aggregate,
     simulate,
@@ -123,3 +124,48 @@ def test_recovers_an_acceptance_probability() -> None:
     assert fit.coefficients.acceptance is not None
     assert fit.coefficients.acceptance.probabilities(0.7)[0] == pytest.approx(0.7, abs=0.03)
     assert fit.coefficients.acceptance.probabilities(0.0) == (0.8, 0.65, 0.55)
+
+
+def test_a_statement_residual_is_its_distance_outside_the_range() -> None:
+    """A stated range gives zero inside (edges included) and the distance outside."""
+    cut = Statement("cut 20-49%", lambda c: 0.0, 0.20, 0.49)
+    assert [cut.residual(v) for v in (0.20, 0.35, 0.49)] == [0.0, 0.0, 0.0]
+    assert cut.residual(0.15) == pytest.approx(0.05)
+    assert cut.residual(0.52) == pytest.approx(0.03)
+    at_least = Statement("off/on >= 1", lambda c: 0.0, low=1.0)
+    assert at_least.residual(1e9) == 0.0
+    assert at_least.residual(0.97) == pytest.approx(0.03)
+
+
+def test_a_satisfied_statement_changes_nothing() -> None:
+    """A statement the fit satisfies with room to spare neither moves the solution nor
+    counts as a figure: the fit and its standard errors equal the fit without it."""
+    start = Coefficients(replace(TRUTH.step, base_ms=5.0, verify_request_ms=0.2), TRUTH.acceptance)
+    loose = Statement("c=1 latency under 100 s", lambda c: 1.0, high=100.0)
+    fit = fit_aggregate(truth_points(), new_engine=new_engine, start=start,
+                        free=("base_ms", "verify_request_ms"), statements=(loose,),
+                        seed=3)  # fmt: skip
+    assert fit.estimates == recovered().estimates
+    assert fit.coefficients == recovered().coefficients
+    assert [(s.value, s.residual) for s in fit.statements] == [(1.0, 0.0)]
+
+
+def test_a_statement_determines_what_the_points_cannot() -> None:
+    """From points without speculative decoding draft_pass_ms is undetermined; a statement
+    of the EAGLE3 engine's latency at concurrency 1 (the truth's, as a point range) makes it
+    a figure the fit reproduces, and draft_pass_ms is recovered within 2%."""
+    c1 = [MeasuredPoint(1, 1024, 128, 0.7, 1.0, 1.0, 32)]
+
+    def eagle3_latency(c: Coefficients) -> float:
+        return simulate(new_engine, c, c1, seed=3)[0].latency_s
+
+    truth = eagle3_latency(TRUTH)
+    said = Statement("EAGLE3 latency at c=1", eagle3_latency, truth, truth)
+    start = Coefficients(replace(TRUTH.step, base_ms=5.0, draft_pass_ms=3.0), TRUTH.acceptance)
+    fit = fit_aggregate(truth_points(speculative=False), new_engine=off_engine, start=start,
+                        free=("base_ms", "draft_pass_ms"), statements=(said,),
+                        seed=3)  # fmt: skip
+    draft = next(e for e in fit.estimates if e.name == "draft_pass_ms")
+    assert draft.determined
+    assert draft.value == pytest.approx(TRUTH.step.draft_pass_ms, rel=0.02)
+    assert fit.statements[0].residual == pytest.approx(0.0, abs=1e-3 * truth)

@@ -20,6 +20,13 @@ loop the batch of every step depends only on token counts, never on step duratio
 residuals are smooth in the step coefficients; acceptance probabilities change which drafts
 are accepted and make them piecewise constant, hence the finite-difference step of
 `DIFF_STEP` of a range (a few hundred accept-or-reject draws change across it).
+
+Besides the table, a deployment states figures as ranges ("EAGLE3 cuts latency by 20-49%",
+"throughput is higher without it"). A `Statement` is such a figure: a simulated quantity
+that must lie in [low, high]. Its residual is the distance outside the range (zero inside),
+a one-sided term: it pulls only when the candidate violates it, and only a statement the
+solution leans on (a nonzero residual or a nonzero Jacobian row) counts as a measured figure
+when `identify` judges what the data determines.
 """
 
 from __future__ import annotations
@@ -59,6 +66,40 @@ class Coefficients:
 
 
 @dataclass(frozen=True, slots=True)
+class Statement:
+    """A stated figure as a range: `value(coefficients)` must lie in [low, high].
+
+    Attributes:
+        name: the figure in words (reported with its residual).
+        value: simulates the quantity with the candidate coefficients.
+        low: the least value the figure allows (None: unbounded below).
+        high: the greatest value it allows (None: unbounded above).
+    """
+
+    name: str
+    value: Callable[[Coefficients], float]
+    low: float | None = None
+    high: float | None = None
+
+    def residual(self, value: float) -> float:
+        """How far `value` lies outside [low, high]; zero inside."""
+        if self.low is not None and value < self.low:
+            return self.low - value
+        if self.high is not None and value > self.high:
+            return value - self.high
+        return 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class StatementFit:
+    """A statement's simulated value and residual at the fitted coefficients."""
+
+    statement: Statement
+    value: float
+    residual: float
+
+
+@dataclass(frozen=True, slots=True)
 class AggregateFit:
     """The outcome of a fit to aggregate points.
 
@@ -68,6 +109,7 @@ class AggregateFit:
             was free in classified it (undetermined ones at their start value).
         fixed: coefficients never freed (kept at the caller's values).
         points: simulated against measured for every fitted point.
+        statements: each fitted statement's value and residual at the solution.
         evaluations: simulations of the whole point set the fit ran.
     """
 
@@ -75,6 +117,7 @@ class AggregateFit:
     estimates: tuple[CoefficientEstimate, ...]
     fixed: tuple[str, ...]
     points: tuple[PointFit, ...]
+    statements: tuple[StatementFit, ...]
     evaluations: int
 
 
@@ -168,9 +211,10 @@ def fit_aggregate(
     new_engine: EngineFactory,
     start: Coefficients,
     free: Sequence[str],
+    statements: Sequence[Statement] = (),
     seed: int = 0,
 ) -> AggregateFit:
-    """Fit the `free` coefficients to the points; the rest keep their `start` values.
+    """Fit the `free` coefficients to the points and statements; the rest keep `start`.
 
     Rounds of bounded least squares: after each, if some coefficients are not determined by
     the points (`servekit.sim.identify.estimates`), the least determined one (largest
@@ -182,6 +226,7 @@ def fit_aggregate(
         new_engine: builds a fresh engine with the given coefficients.
         start: starting values of the free coefficients and values of all the others.
         free: coefficients to fit (StepTimeParams fields, `acceptance_name(...)` positions).
+        statements: stated ranges fitted as one-sided residuals beside the points.
         seed: seeds every simulation (engine and load point alike).
 
     Raises:
@@ -195,9 +240,10 @@ def fit_aggregate(
             f"cannot fit {', '.join(unknown)}: not a coefficient of this model",
             fix=f"free some of {', '.join(ranges)}",
         )
-    if len(free) >= 2 * len(points):
+    figures = 2 * len(points) + len(statements)
+    if len(free) >= figures:
         raise SimulationError(
-            f"{len(free)} free coefficients for {2 * len(points)} measured figures",
+            f"{len(free)} free coefficients for {figures} measured figures",
             fix="free fewer coefficients than twice the points, or measure more points",
         )
     evaluations = 0
@@ -206,6 +252,10 @@ def fit_aggregate(
         nonlocal evaluations
         evaluations += 1
         return simulate(new_engine, coefficients, points, seed=seed)
+
+    def all_residuals(coefficients: Coefficients) -> Vector:
+        said = [s.residual(s.value(coefficients)) for s in statements]
+        return np.concatenate([residuals(run(coefficients)), np.array(said, dtype=np.float64)])
 
     current = start
     names = list(free)
@@ -217,15 +267,21 @@ def fit_aggregate(
 
         def unit_residuals(u: Vector, names: list[str] = names, lo: Vector = lo,
                            span: Vector = span) -> Vector:  # fmt: skip
-            return residuals(run(with_values(start, names, lo + span * u)))
+            return all_residuals(with_values(start, names, lo + span * u))
 
         solved = least_squares(unit_residuals, x0, bounds=(0.0, 1.0), diff_step=DIFF_STEP)
+        jac = solved.jac / span  # d residual / d coefficient
+        # A statement the solution satisfies with room to spare measures nothing here.
+        used = [
+            i < 2 * len(points) or solved.fun[i] != 0.0 or bool(np.any(jac[i] != 0.0))
+            for i in range(len(solved.fun))
+        ]
         found = estimates(
             names,
             lo + span * solved.x,
             _values(start, names),
-            solved.jac / span,  # d residual / d coefficient
-            solved.fun,
+            jac[used],
+            solved.fun[used],
             [ranges[n] for n in names],
         )
         reported.update((e.name, e) for e in found)
@@ -238,4 +294,9 @@ def fit_aggregate(
         worst = max(undetermined, key=lambda e: _looseness(e, ranges[e.name]))
         names = [n for n in names if n != worst.name]
     fixed = tuple(n for n in ranges if n not in free)
-    return AggregateFit(current, tuple(reported[n] for n in free), fixed, run(current), evaluations)
+    said = []
+    for statement in statements:
+        value = statement.value(current)
+        said.append(StatementFit(statement, value, statement.residual(value)))
+    return AggregateFit(current, tuple(reported[n] for n in free), fixed, run(current),
+                        tuple(said), evaluations)  # fmt: skip
