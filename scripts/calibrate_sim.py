@@ -79,7 +79,6 @@ FREE = (
     "verify_request_ms",
     "draft_pass_ms",
     "draft_request_ms",
-    acceptance_name(TEMPERATURE, 1),
 )
 
 
@@ -185,24 +184,34 @@ def quick_sweep(profile: Profile, c: Coefficients, seed: int, requests: int | No
                          started_at="", workload=workload)  # fmt: skip
 
 
-def advice(c: Coefficients, seed: int = SEED, requests: int | None = None) -> tuple[str, str]:
-    """`servekit compare`'s EAGLE3 advice on offline sweeps at the quick demo's levels, and
-    the EAGLE3 throughput gain at each level."""
+def advice(c: Coefficients, seed: int = SEED, requests: int | None = None) -> tuple[str, str, str]:
+    """`servekit compare`'s EAGLE3 advice on offline sweeps at the quick demo's levels, the
+    EAGLE3 throughput gain at each level, and the EAGLE3 sweep's errors against the table."""
     name, max_batch, k = speculation_facts([ON, OFF])
     plain, spec = quick_sweep(OFF, c, seed, requests), quick_sweep(ON, c, seed, requests)
     comparison = compare_runs(plain, spec, spec_name=name, max_batch=max_batch, spec_tokens=k)
     assert comparison.speculation is not None
     gains = ", ".join(f"c={n:g} {g:+.1f}%" for n, g in comparison.speculation.gains_pct)
-    return comparison.speculation.recommendation.split(";")[0], gains
+    by_c = {p.concurrency: p for p in spec.points}
+    errors = []
+    for row in SEED_TABLE:
+        p = by_c[row.concurrency]
+        assert p.latency_s.mean is not None
+        tput = p.output_throughput_tok_s / row.output_throughput_tok_s - 1
+        errors.append(
+            f"c={row.concurrency} {tput:+.1%} / {p.latency_s.mean / row.avg_latency_s - 1:+.1%}"
+        )
+    return comparison.speculation.recommendation.split(";")[0], gains, ", ".join(errors)
 
 
 def advice_over_seeds(c: Coefficients, seeds: range, requests: int | None) -> None:
-    """The advice and gains for each seed, and how often each advice came out."""
+    """The advice, gains and table errors (throughput / latency) for each seed, and how
+    often each advice came out."""
     counts: dict[str, int] = {}
     for seed in seeds:
-        text, gains = advice(c, seed, requests)
+        text, gains, errors = advice(c, seed, requests)
         counts[text] = counts.get(text, 0) + 1
-        print(f"  seed {seed}: {text} ({gains})")
+        print(f"  seed {seed}: {text} (gain {gains}; table {errors})")
     print(f"  {counts}")
 
 
@@ -233,7 +242,7 @@ def report(c: Coefficients, seeds: int) -> None:
     held = simulate(new_engine, c, [table_point(n) for n in HELD_OUT], seed=SEED)
     print("held out:\n" + "\n".join(rows(held)))
     print("\n".join(eagle3_targets(c)))
-    print("advice: {} (EAGLE3 throughput gain: {})".format(*advice(c)))
+    print("advice: {} (EAGLE3 throughput gain: {}; table: {})".format(*advice(c)))
     if seeds:
         print(f"advice over seeds 1-{seeds}, the quick demo's request counts:")
         advice_over_seeds(c, range(1, seeds + 1), None)
@@ -246,12 +255,16 @@ def main() -> None:
     parser.add_argument("--evaluate", action="store_true",
                         help="skip the fit; report on the profile's coefficients")  # fmt: skip
     parser.add_argument("--seeds", type=int, default=0, help="advice over seeds 1..N")
+    parser.add_argument("--free-acceptance", action="store_true",
+                        help="also offer the first acceptance probability at 0.7 (the rejected "
+                        "first fit, docs/simulator.md section 3)")  # fmt: skip
     args = parser.parse_args()
     if args.evaluate:
         report(profile_coefficients(), args.seeds)
         return
+    free = FREE + ((acceptance_name(TEMPERATURE, 1),) if args.free_acceptance else ())
     fit = fit_aggregate([table_point(n) for n in FITTED], new_engine=new_engine, start=START,
-                        free=FREE, statements=STATEMENTS, seed=SEED)  # fmt: skip
+                        free=free, statements=STATEMENTS, seed=SEED)  # fmt: skip
     print(f"{fit.evaluations} evaluations of the fitted points")
     for st in fit.statements:
         print(

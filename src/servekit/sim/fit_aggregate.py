@@ -24,9 +24,11 @@ are accepted and make them piecewise constant, hence the finite-difference step 
 Besides the table, a deployment states figures as ranges ("EAGLE3 cuts latency by 20-49%",
 "throughput is higher without it"). A `Statement` is such a figure: a simulated quantity
 that must lie in [low, high]. Its residual is the distance outside the range (zero inside),
-a one-sided term: it pulls only when the candidate violates it, and only a statement the
-solution leans on (a nonzero residual or a nonzero Jacobian row) counts as a measured figure
-when `identify` judges what the data determines.
+a one-sided term: it pulls only when the candidate violates it. Only a statement the solution
+still violates counts as a measured figure when `identify` judges what the data determines:
+one satisfied at the edge of its range bounds a coefficient without determining it (the
+Jacobian would treat the edge as an equality and call the coefficient determined, though
+every value on the allowed side fits the points as well).
 """
 
 from __future__ import annotations
@@ -271,11 +273,10 @@ def fit_aggregate(
 
         solved = least_squares(unit_residuals, x0, bounds=(0.0, 1.0), diff_step=DIFF_STEP)
         jac = solved.jac / span  # d residual / d coefficient
-        # A statement the solution satisfies with room to spare measures nothing here.
-        used = [
-            i < 2 * len(points) or solved.fun[i] != 0.0 or bool(np.any(jac[i] != 0.0))
-            for i in range(len(solved.fun))
-        ]
+        # A statement the solution satisfies measures nothing: inside its range it is silent,
+        # and at its edge it only bounds the coefficients (any value on the allowed side
+        # fits as well), so only a violated statement counts as a figure.
+        used = [i < 2 * len(points) or solved.fun[i] != 0.0 for i in range(len(solved.fun))]
         found = estimates(
             names,
             lo + span * solved.x,
