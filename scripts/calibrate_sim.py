@@ -1,16 +1,20 @@
-"""Calibrate the simulator's M3-on-8xA800 coefficients on part of the deployment's table.
+"""Calibrate the simulator's M3-on-8xA800 coefficients on part of the deployment's figures.
 
 Fits the step coefficients to the seed table's concurrency 1 and 16 (output throughput and
-mean latency, EAGLE3 on, input 1024 / output 128, temperature 0.7) with
+mean latency, EAGLE3 on, input 1024 / output 128, temperature 0.7) and to the deployment's
+EAGLE3 statements at those concurrencies (latency cut 20-49% at 1, throughput without
+EAGLE3 >= with it at 16; one-sided terms, simulating the no-EAGLE3 variant too) with
 `servekit.sim.fit_aggregate` (bounded least squares; `servekit.sim.identify` decides which
-coefficients the four figures determine), then predicts the held-out concurrency 4 and 128
-and the deployment's EAGLE3 statements, which the fit never sees. The coefficients the
-figures cannot determine stay at the values below, each with its physical reason
+coefficients these figures determine). It then predicts the held-out table rows (4 and
+128) and statements (4, 8, 32-128), which the fit never sees. The coefficients the figures
+cannot determine stay at the values below, each with its physical reason
 (docs/simulator.md section 3).
 
-Run: PYTHONPATH=src .venv/bin/python scripts/calibrate_sim.py
-It prints the estimates, the fitted and held-out tables, the EAGLE3 targets and the
-`simulator:` block of src/servekit/profiles/data/minimax-m3-mxfp8-8xa800.yaml.
+Run: PYTHONPATH=src .venv/bin/python scripts/calibrate_sim.py [--seeds N] [--free-acceptance]
+It prints the estimates, the fitted and held-out tables, the EAGLE3 statements, the advice
+(over seeds 1..N at the quick demo's request counts and at 256 per point, with --seeds) and
+the `simulator:` block of src/servekit/profiles/data/minimax-m3-mxfp8-8xa800.yaml.
+`--evaluate` skips the fit and reports on the profile's coefficients.
 """
 
 from __future__ import annotations
@@ -56,17 +60,20 @@ START = Coefficients(
     StepTimeParams(
         base_ms=DEFAULT_STEP.base_ms,  # fitted
         hbm_efficiency=DEFAULT_STEP.hbm_efficiency,
-        compute_efficiency=DEFAULT_STEP.compute_efficiency,  # offered to the fit
+        # only the prefill steps are compute-bound at c=1 and 16 (an earlier fit offered it:
+        # standard error 45)
+        compute_efficiency=DEFAULT_STEP.compute_efficiency,
         decode_request_ms=DEFAULT_STEP.decode_request_ms,
         verify_request_ms=DEFAULT_STEP.verify_request_ms,  # fitted
         prefill_request_ms=DEFAULT_STEP.prefill_request_ms,
-        # 825 MB of draft weights per GPU at 0.6 x 2.039 TB/s (0.67 ms), one layer's kernel
-        # floor and the draft's sampling: the roofline default's 1 ms.
+        # offered, undetermined: 825 MB of draft weights per GPU at 0.6 x 2.039 TB/s
+        # (0.67 ms), one layer's kernel floor and the draft's sampling, the default's 1 ms
         draft_pass_ms=DEFAULT_STEP.draft_pass_ms,
-        draft_request_ms=DEFAULT_STEP.draft_request_ms,
+        draft_request_ms=DEFAULT_STEP.draft_request_ms,  # offered, undetermined
     ),
     # The EAGLE-family default (acceptance length 2.31 at 0.7, 2.61 at 0.0), written out at
-    # the profile's two temperatures.
+    # the profile's two temperatures. Offered (--free-acceptance), the fit takes the first
+    # probability at 0.7 to 0.617, acceptance length 2.10, outside the published 2.3-3.5.
     AcceptanceParams(
         tuple(
             (t, tuple(round(p, 4) for p in DEFAULT_ACCEPTANCE.probabilities(t))) for t in (0.0, 0.7)
