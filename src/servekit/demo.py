@@ -32,7 +32,7 @@ from servekit.errors import ChecksFailed, ServekitError, SimulationError
 from servekit.hardware import lookup_gpu
 from servekit.plan import make_plan, plan_inputs
 from servekit.profiles import Profile, load_profile
-from servekit.reference import REFERENCE_PROFILE, SEED_TABLE
+from servekit.reference import REFERENCE_PROFILE, SEED_TABLE, is_fitted
 from servekit.render.targets import render
 from servekit.report.build import write_report
 from servekit.results.summary import Summary
@@ -186,9 +186,13 @@ def sweep(
 
 
 def deployment_table(run: Summary) -> list[str]:
-    """The deployment's table (concurrency, tok/s, mean latency) beside its figures."""
+    """The deployment's table (concurrency, tok/s, mean latency) beside its figures, each
+    row labelled as fitted (the calibration saw it) or held out (a prediction)."""
     by_c = {p.concurrency: p for p in run.points}
-    lines = ["concurrency | throughput tok/s (deployment) | mean latency s (deployment) | diff"]
+    lines = [
+        "concurrency | calibration | throughput tok/s (deployment) | "
+        "mean latency s (deployment) | diff"
+    ]
     for row in SEED_TABLE:
         c, tput, lat = row.concurrency, row.output_throughput_tok_s, row.avg_latency_s
         p = by_c.get(c)
@@ -196,8 +200,9 @@ def deployment_table(run: Summary) -> list[str]:
             continue
         ours_t, ours_l = p.output_throughput_tok_s, p.latency_s.mean
         dt, dl = (ours_t / tput - 1) * 100, (ours_l / lat - 1) * 100
+        label = "fitted" if is_fitted(c) else "held out"
         lines.append(
-            f"{c:>11} | {ours_t:7.1f} ({tput:6.1f}) | {ours_l:6.2f} ({lat:5.2f}) | "
+            f"{c:>11} | {label:<11} | {ours_t:7.1f} ({tput:6.1f}) | {ours_l:6.2f} ({lat:5.2f}) | "
             f"{dt:+5.1f}% tok/s, {dl:+5.1f}% latency"
         )
     return lines

@@ -42,7 +42,8 @@ def demo_command(out: Path, quick: bool, faults: tuple[str, ...], as_json: bool)
         emit_json(result)
         return
     click.echo(
-        "\nEAGLE3 on, temperature 0.7, simulated time (the deployment's figures in brackets):"
+        "\nEAGLE3 on, temperature 0.7, simulated time (the deployment's figures in brackets; "
+        "the calibration was fitted to the rows marked fitted, the others are predictions):"
     )
     for line in result["table"]:
         click.echo(f"  {line}")
