@@ -32,10 +32,11 @@ from servekit.reference import FITTED_CONCURRENCY, SEED_TABLE
 from servekit.results.summary import Summary, Workload
 from servekit.sim.build import DEFAULT_ACCEPTANCE, DEFAULT_STEP, build_engine, profile_acceptance
 from servekit.sim.engine import Engine
-from servekit.sim.fit import MeasuredPoint, PointFit
 from servekit.sim.fit_aggregate import (
     AggregateFit,
     Coefficients,
+    MeasuredPoint,
+    PointFit,
     Statement,
     acceptance_name,
     fit_aggregate,

@@ -26,8 +26,7 @@ from servekit.profiles.schema import Profile
 from servekit.reference import FIT_BOUND, FITTED_CONCURRENCY, HELD_OUT_BOUND, SEED_TABLE
 from servekit.results.summary import Summary, Workload
 from servekit.sim.build import DEFAULT_ACCEPTANCE, DEFAULT_STEP, build_engine, profile_acceptance
-from servekit.sim.fit import MeasuredPoint
-from servekit.sim.fit_aggregate import Coefficients, Statement, residuals, simulate
+from servekit.sim.fit_aggregate import Coefficients, MeasuredPoint, Statement, residuals, simulate
 from servekit.sim.offline import LoadPoint, run_point
 from servekit.sim.sweep import simulate_sweep, sweep_summary
 from servekit.specs import step_coefficients

@@ -11,10 +11,10 @@ from servekit.errors import SimulationError
 from servekit.profiles import load_profile
 from servekit.sim.build import DEFAULT_ACCEPTANCE, DEFAULT_STEP, build_engine
 from servekit.sim.engine import Engine
-from servekit.sim.fit import MeasuredPoint
 from servekit.sim.fit_aggregate import (
     AggregateFit,
     Coefficients,
+    MeasuredPoint,
     Statement,
     acceptance_name,
     fit_aggregate,

@@ -1,128 +1,15 @@
-"""`sim fit` results as documents (core), and what the aggregate M3 calibration shares.
+"""`sim fit` results as documents (core).
 
 `calibration_json` and `calibrated_profile` turn a `servekit.sim.calibrate.Calibration`
-into what `servekit sim fit` prints with --json and writes with -o. `MeasuredPoint` and
-`PointFit` (an aggregate point: throughput and mean latency) are what
-servekit.sim.fit_aggregate fits the M3 profiles to; `search` (random draws, then shrinking
-perturbations around the best, over the plausible ranges in BOUNDS) is what
-scripts/calibrate_sim.py used before it.
+into what `servekit sim fit` prints with --json and writes with -o.
 """
 
 from __future__ import annotations
 
-import random
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from servekit.sim.calibrate import FIGURES, Calibration
 from servekit.sim.identify import CoefficientEstimate
-from servekit.specs import step_coefficients
-
-# Plausible range of each coefficient (declared on StepTimeParams; docs/simulator.md).
-BOUNDS: dict[str, tuple[float, float]] = step_coefficients()
-
-
-@dataclass(frozen=True, slots=True)
-class MeasuredPoint:
-    """One measured load point to fit (the aggregate figures servekit.sim.fit_aggregate
-    calibrates the M3 profiles to)."""
-
-    concurrency: int
-    input_len: int
-    output_len: int
-    temperature: float
-    throughput_tok_s: float
-    latency_s: float
-    requests: int = 64
-
-
-@dataclass(frozen=True, slots=True)
-class PointFit:
-    """Simulated against measured for one point."""
-
-    point: MeasuredPoint
-    throughput_tok_s: float
-    latency_s: float
-
-    @property
-    def throughput_error(self) -> float:
-        """Relative throughput error (simulated / measured - 1)."""
-        return self.throughput_tok_s / self.point.throughput_tok_s - 1
-
-    @property
-    def latency_error(self) -> float:
-        """Relative latency error (simulated / measured - 1)."""
-        return self.latency_s / self.point.latency_s - 1
-
-
-Candidate = TypeVar("Candidate")
-Detail = TypeVar("Detail")
-
-
-@dataclass(frozen=True, slots=True)
-class Searched(Generic[Candidate, Detail]):
-    """The best candidate a search found, its loss and what scoring it gave besides."""
-
-    best: Candidate
-    loss: float
-    detail: Detail
-
-
-def search(
-    score: Callable[[Candidate], tuple[float, Detail]],
-    *,
-    draw: Callable[[random.Random], Candidate],
-    perturb: Callable[[Candidate, random.Random, float], Candidate],
-    iterations: int,
-    rng: random.Random,
-    start: Candidate | None = None,
-    explore: bool = True,
-    admissible: Callable[[Candidate], bool] | None = None,
-    on_improve: Callable[[int | None, float], None] | None = None,
-) -> Searched[Candidate, Detail] | None:
-    """Random search, then shrinking perturbations around the best (lowest loss) candidate.
-
-    The first quarter of the iterations draws candidates at random (when `explore`, and
-    always while there is no best yet); the rest perturb the best by 5% of each range,
-    1.5% in the last quarter.
-
-    Args:
-        score: loss of a candidate, plus whatever detail to keep for the best.
-        draw: a random candidate.
-        perturb: a candidate moved around another by `scale` x each range.
-        iterations: candidates to draw or perturb.
-        rng: the search's only source of randomness.
-        start: a first candidate, scored before the search.
-        explore: draw at random in the first quarter even when a start is given.
-        admissible: candidates failing this are skipped without scoring.
-        on_improve: called with the iteration (None for the start) and the loss of each new best.
-
-    Returns:
-        The best candidate, or None when no candidate was admissible.
-    """
-    best: Searched[Candidate, Detail] | None = None
-    if start is not None:
-        loss, detail = score(start)
-        best = Searched(start, loss, detail)
-        if on_improve is not None:
-            on_improve(None, loss)
-    for i in range(iterations):
-        if best is None or (explore and i < iterations // 4):
-            candidate = draw(rng)
-        else:
-            candidate = perturb(best.best, rng, 0.05 if i < iterations * 3 // 4 else 0.015)
-        if admissible is not None and not admissible(candidate):
-            continue
-        loss, detail = score(candidate)
-        if best is None or loss < best.loss:
-            best = Searched(candidate, loss, detail)
-            if on_improve is not None:
-                on_improve(i, loss)
-    return best
-
-
-# --- calibration from per-step data (servekit.sim.calibrate) --------------------------------
 
 
 def _estimate_json(e: CoefficientEstimate) -> dict[str, Any]:

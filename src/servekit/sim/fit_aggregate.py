@@ -44,7 +44,6 @@ from scipy.optimize import least_squares
 from servekit.analyze.summarize import point_metrics
 from servekit.errors import SimulationError
 from servekit.sim.engine import Engine
-from servekit.sim.fit import MeasuredPoint, PointFit
 from servekit.sim.identify import CoefficientEstimate, estimates
 from servekit.sim.offline import LoadPoint, run_point
 from servekit.sim.params import AcceptanceParams, StepTimeParams
@@ -57,6 +56,38 @@ ACCEPTANCE_RANGE = (0.0, 1.0)
 
 EngineFactory = Callable[[StepTimeParams, AcceptanceParams | None], Engine]
 Vector = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True, slots=True)
+class MeasuredPoint:
+    """One measured load point to fit (aggregate figures: throughput and mean latency)."""
+
+    concurrency: int
+    input_len: int
+    output_len: int
+    temperature: float
+    throughput_tok_s: float
+    latency_s: float
+    requests: int = 64
+
+
+@dataclass(frozen=True, slots=True)
+class PointFit:
+    """Simulated against measured for one point."""
+
+    point: MeasuredPoint
+    throughput_tok_s: float
+    latency_s: float
+
+    @property
+    def throughput_error(self) -> float:
+        """Relative throughput error (simulated / measured - 1)."""
+        return self.throughput_tok_s / self.point.throughput_tok_s - 1
+
+    @property
+    def latency_error(self) -> float:
+        """Relative latency error (simulated / measured - 1)."""
+        return self.latency_s / self.point.latency_s - 1
 
 
 @dataclass(frozen=True, slots=True)
