@@ -232,8 +232,10 @@ class LiveEngine:
                 self._step = _StepInFlight(deadline, self.sim_s, result.duration_s)
                 deadline += result.duration_s * self.time_scale
                 self._due_at_s = deadline
-                self._yielding()
-                await asyncio.sleep(max(0.0, deadline - loop.time()))
+                delay_s = deadline - loop.time()
+                if delay_s > 0:  # on time: requests held back may be parsed until then
+                    self._yielding()
+                await asyncio.sleep(max(0.0, delay_s))
                 self.sim_s += result.duration_s
                 self._step = None
             # Even a step that computed nothing (a zero-token prompt) may have sampled.
