@@ -87,6 +87,7 @@ def main() -> None:
         [sys.executable, "-m", "servekit", "sim", "serve", "--profile", PROFILE,
          "--port", str(port), "--time-scale", str(args.time_scale), "--seed", str(SEED)],
         stderr=subprocess.DEVNULL,
+        start_new_session=True,  # its own scheduling group, apart from the load generator
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
