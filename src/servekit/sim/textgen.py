@@ -350,6 +350,28 @@ class AnswerReader:
         return out
 
 
+def iter_answer_token_ids(answer: Answer, *, chunk: int = 256) -> Iterator[int]:
+    """Yield the token ids of an answer in order, `chunk` tokens generated at a time.
+
+    The ids are those of the pieces a client receives (the engine caches the KV of these
+    tokens), so memory stays O(chunk) however long the answer is.
+    """
+    reader = AnswerReader(answer)
+    known: dict[str, int] = {}  # generated text reuses a small lexicon: hash each piece once
+    sizes: tuple[tuple[Kind, int], ...] = (
+        ("reasoning", answer.reasoning_tokens),
+        ("content", answer.content_tokens),
+        ("tool", len(answer.tool_pieces)),
+    )
+    for kind, size in sizes:
+        for lo in range(0, size, chunk):
+            for piece in reader._pieces(kind, lo, min(lo + chunk, size)):
+                ident = known.get(piece)
+                if ident is None:
+                    ident = known[piece] = token_id(piece)
+                yield ident
+
+
 def plan_answer(request: AnswerRequest) -> Answer:
     """Plan the answer to a request (its lengths and seeds; text comes from its reader).
 
