@@ -235,7 +235,7 @@ class LiveEngine:
     async def run(self) -> None:
         """Drive the engine until it crashes or the task is cancelled."""
         loop = asyncio.get_running_loop()
-        deadline = -math.inf
+        deadline = loop.time()
         while not self.crashed:
             if self.engine.idle:
                 self._wake.clear()
