@@ -119,7 +119,12 @@ def sim_server(profile: str, time_scale: float, faults: tuple[str, ...]) -> Iter
     ]
     for fault in faults:
         cmd += ["--fault", fault]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    # A session of its own: with the kernel's autogroup scheduling (most Linux desktops and
+    # servers) a session shares one CPU share, so on a busy machine the simulator would
+    # compete with the load generator inside it and fall behind its time-scaled clock.
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True
+    )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()

@@ -6,12 +6,24 @@ request the tokens it gained in that step as one delivery (one streamed chunk). 
 submitted meanwhile join the next step; when the engine is idle the driver waits for the
 next submission. The crash and corruption faults act here, where the batch of each step is
 known.
+
+The server's own work (parsing requests, writing streams) takes wall time that the time
+scale does not shrink, so it must not move the simulated clock:
+
+- After idling, the clock restarts when the waking request *arrived* (`ARRIVED_S`, stamped
+  by the server before it reads the body), not when the event loop next runs the driver.
+- While the driver is due (its step has ended, or it is behind), requests that arrive are
+  not parsed unless the engine's waiting queue leaves room in the next step
+  (`defers_arrivals`, applied by `sim._pacing`): a burst of a thousand requests cannot hold
+  the event loop for seconds of parsing, yet an engine short of requests is fed first.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from servekit.sim._metrics import ServerMetrics
@@ -34,6 +46,10 @@ CRASH_LOG = (
     "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack "
     "trace (above) for the root cause.",
 )
+
+
+# Loop time at which the request being handled arrived; set by the server per request.
+ARRIVED_S: ContextVar[float | None] = ContextVar("servekit_sim_arrived_s", default=None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +78,35 @@ class _StepInFlight:
     wall_start_s: float
     sim_start_s: float
     duration_s: float
+
+
+class _Wake:
+    """The driver's wake-up call, stamped with the earliest arrival among its callers.
+
+    A caller's arrival is `ARRIVED_S` in its context (the server stamps each request), else
+    the loop time of the call. The simulated clock restarts at the stamp, not when the busy
+    event loop next gets round to the driver.
+    """
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+        self.at_s: float | None = None
+
+    def set(self) -> None:
+        arrived = ARRIVED_S.get()
+        stamp = asyncio.get_running_loop().time() if arrived is None else arrived
+        self.at_s = stamp if self.at_s is None else min(self.at_s, stamp)
+        self._event.set()
+
+    def clear(self) -> None:
+        self._event.clear()
+        self.at_s = None
+
+    async def wait(self) -> float:
+        """Wait for the call; return when it was first given."""
+        await self._event.wait()
+        assert self.at_s is not None
+        return self.at_s
 
 
 def batch_size(batch: BatchShape) -> int:
@@ -96,7 +141,9 @@ class LiveEngine:
         self.sim_s = 0.0  # simulated seconds of all steps run so far
         self._step: _StepInFlight | None = None
         self._tickets: dict[str, Ticket] = {}
-        self._wake = asyncio.Event()
+        self._wake = _Wake()
+        self._due_at_s = math.inf  # loop time the driver next wants to run at
+        self._ran = asyncio.Event()  # set (and replaced) whenever the driver yields
 
     def sim_now_s(self) -> float:
         """The simulated time now: the engine's clock, interpolated inside a running step."""
@@ -147,6 +194,44 @@ class LiveEngine:
         self._tickets.pop(rid, None)
         self.engine.abort(rid)
 
+    def defers_arrivals(self) -> bool:
+        """True while a newly arrived request should wait before being parsed: the driver is
+        due (its step ended, it is behind, or a submission woke it from idle) and has not
+        run yet, and the requests already waiting fill the next step.
+
+        Otherwise the next step may need the arrival, so its parsing goes ahead.
+        """
+        if self.crashed or not self._next_step_filled():
+            return False
+        due_at_s = self._due_at_s
+        if due_at_s == math.inf and self._wake.at_s is not None:
+            due_at_s = self._wake.at_s  # woken from idle
+        return asyncio.get_running_loop().time() >= due_at_s
+
+    def _next_step_filled(self) -> bool:
+        """Whether a request arriving now could not join the next step: running and waiting
+        requests reach max_num_seqs, or the waiting ones alone hold its token budget."""
+        engine = self.engine
+        limits = engine.limits
+        if len(engine.running) + len(engine.waiting) >= limits.max_num_seqs:
+            return True
+        queued = 0
+        for request in engine.waiting:
+            queued += request.prefill_target - request.computed
+            if queued >= limits.max_num_batched_tokens:
+                return True
+        return False
+
+    async def wait_to_parse(self) -> None:
+        """Return once a newly arrived request may be parsed (see `defers_arrivals`)."""
+        while self.defers_arrivals():
+            await self._ran.wait()
+
+    def _yielding(self) -> None:
+        """Wake the requests waiting to be parsed: the driver is about to let them run."""
+        self._ran.set()
+        self._ran = asyncio.Event()
+
     async def run(self) -> None:
         """Drive the engine until it crashes or the task is cancelled."""
         loop = asyncio.get_running_loop()
@@ -154,8 +239,12 @@ class LiveEngine:
         while not self.crashed:
             if self.engine.idle:
                 self._wake.clear()
-                await self._wake.wait()
-                deadline = loop.time()  # the only reset: after idling, time starts afresh
+                self._due_at_s = math.inf
+                self._yielding()
+                # The only reset: after idling, time starts afresh at the arrival, though
+                # never before the last step's end (a request that arrived while the
+                # engine was busy was not in it).
+                deadline = max(deadline, await self._wake.wait())
                 continue
             result = self.engine.step()
             if self._inject_faults(result):
@@ -163,13 +252,20 @@ class LiveEngine:
             if not result.batch.empty:
                 self._step = _StepInFlight(deadline, self.sim_s, result.duration_s)
                 deadline += result.duration_s * self.time_scale
-                await asyncio.sleep(max(0.0, deadline - loop.time()))
+                self._due_at_s = deadline
+                delay_s = deadline - loop.time()
+                if delay_s > 0:  # on time: requests held back may be parsed until then
+                    self._yielding()
+                await asyncio.sleep(max(0.0, delay_s))
                 self.sim_s += result.duration_s
                 self._step = None
             # Even a step that computed nothing (a zero-token prompt) may have sampled.
             self._deliver(result)
             if result.batch.empty:
-                await asyncio.sleep(0.0 if result.gained else 0.001)
+                pause_s = 0.0 if result.gained else 0.001
+                self._due_at_s = loop.time() + pause_s
+                self._yielding()
+                await asyncio.sleep(pause_s)
                 deadline = max(deadline, loop.time())
 
     def _inject_faults(self, result: StepResult) -> bool:
@@ -203,6 +299,7 @@ class LiveEngine:
 
     def _crash(self) -> None:
         self.crashed = True
+        self._yielding()
         for line in CRASH_LOG:
             self.log(line)
         for ticket in self._tickets.values():

@@ -48,6 +48,22 @@ def _has_lone_surrogate(document: object) -> bool:
     return False
 
 
+async def read_body(request: web.Request) -> bytes:
+    """The request's body, read once (aiohttp keeps it for later reads).
+
+    Raises:
+        HttpError: 413 over MAX_BODY_BYTES (the app's client_max_size).
+    """
+    try:
+        return await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise HttpError(
+            413,
+            f"the request body is over the simulator's {MAX_BODY_BYTES // 1024**2} MiB limit; "
+            "send a shorter prompt",
+        ) from None
+
+
 async def read_json(request: web.Request) -> object:
     """The request's JSON body.
 
@@ -56,14 +72,9 @@ async def read_json(request: web.Request) -> object:
             is not UTF-8, not JSON, or holds a lone UTF-16 surrogate (`"\\ud800"`), which no
             tokenizer can encode.
     """
+    raw = await read_body(request)
     try:
-        text = await request.text()
-    except web.HTTPRequestEntityTooLarge:
-        raise HttpError(
-            413,
-            f"the request body is over the simulator's {MAX_BODY_BYTES // 1024**2} MiB limit; "
-            "send a shorter prompt",
-        ) from None
+        text = raw.decode(request.charset or "utf-8")
     except (UnicodeDecodeError, LookupError) as exc:
         raise HttpError(400, f"the request body is not valid UTF-8 text: {exc}") from None
     try:

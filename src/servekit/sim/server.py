@@ -24,6 +24,7 @@ from servekit.errors import SimulationError
 from servekit.hardware import lookup_gpu
 from servekit.profiles.schema import Profile
 from servekit.sim._handlers import SHUTDOWN_GRACE_S, Log, SimServer, log_to_stderr
+from servekit.sim._pacing import stamp_arrival, yield_to_engine
 from servekit.sim._respond import MAX_BODY_BYTES
 from servekit.sim.faults import Faults
 
@@ -61,7 +62,8 @@ def make_app(
         shutdown_grace_s=shutdown_grace_s,
     )  # fmt: skip
     app = web.Application(
-        middlewares=[server.tracked, server.errors], client_max_size=MAX_BODY_BYTES
+        middlewares=[stamp_arrival, server.tracked, server.errors, yield_to_engine(server.live)],
+        client_max_size=MAX_BODY_BYTES,
     )
     app.cleanup_ctx.append(server.lifecycle)
     app.on_shutdown.append(server.shutdown)
