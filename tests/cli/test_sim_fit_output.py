@@ -19,8 +19,8 @@ def no_fit(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*_args: object, **_kwargs: object) -> None:
         raise AssertionError("the fit ran before the output path was checked")
 
-    monkeypatch.setattr("servekit.cli.sim_fit._load_points", refuse)
-    monkeypatch.setattr("servekit.cli.sim_fit.fit_step_params", refuse)
+    monkeypatch.setattr("servekit.cli.sim_fit.read_runs", refuse)
+    monkeypatch.setattr("servekit.cli.sim_fit.calibrate", refuse)
 
 
 def fit(tmp_path: Path, output: str) -> tuple[int, str]:

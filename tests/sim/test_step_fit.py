@@ -1,77 +1,101 @@
-"""Tests of fitting the step-time model to measured runs (`servekit sim fit`)."""
+"""Tests of `servekit sim fit`: run directories in, per-point errors and a profile out."""
 
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from servekit.analyze.summarize import point_metrics
 from servekit.cli.main import cli
-from servekit.errors import ConfigError
 from servekit.profiles import load_profile
-from servekit.sim.build import DEFAULT_STEP, build_engine
-from servekit.sim.fit import MeasuredPoint, fit_step_params, measured_points
-from servekit.sim.offline import LoadPoint, run_point
-from servekit.sim.params import StepTimeParams
 
 PROFILE = "llama-3.1-70b-4xh100"
-TRUE = StepTimeParams(
-    base_ms=9.0, hbm_efficiency=0.45, compute_efficiency=0.3, decode_request_ms=0.2
-)
 
 
-def measured(concurrency: int) -> MeasuredPoint:
-    """A point 'measured' on an engine with the TRUE coefficients."""
-    profile = load_profile(PROFILE)
-    load = LoadPoint("x", 32, 512, 64, 0.0, concurrency=concurrency)
-    m = point_metrics(
-        run_point(build_engine(profile, step_params=TRUE), load, random.Random(0)).records
-    )
-    assert m.latency_s.mean is not None
-    return MeasuredPoint(concurrency, 512, 64, 0.0, m.output_throughput_tok_s, m.latency_s.mean, 32)
-
-
-def test_fit_recovers_measured_behaviour() -> None:
-    """Starting from the defaults, the fit reproduces points measured with other coefficients."""
-    profile = load_profile(PROFILE)
-    points = [measured(c) for c in (1, 8, 32)]
-    result = fit_step_params(
-        lambda p: build_engine(profile, step_params=p), points, start=DEFAULT_STEP,
-        iterations=120, seed=1,
-    )  # fmt: skip
-    for fit in result.points:
-        assert abs(fit.throughput_error) < 0.05
-        assert abs(fit.latency_error) < 0.05
-
-
-def test_summary_without_fixed_lengths_is_rejected() -> None:
-    """A document that is not a servekit summary names what is missing."""
-    with pytest.raises(ConfigError, match=r"not a servekit summary\.json"):
-        measured_points({"points": []}, where="x/summary.json")
+def sim_run(out: Path, *load: str) -> None:
+    """Write a sim run directory (records.jsonl + summary.json) of the profile."""
+    made = CliRunner().invoke(cli, [
+        "sim", "run", "--profile", PROFILE, *load, "--requests-per-point", "12",
+        "--input-len", "256", "--output-len", "24", "--temperature", "0", "--out", str(out),
+    ])  # fmt: skip
+    assert made.exit_code == 0, made.stderr
 
 
 def test_sim_fit_cli_writes_a_loadable_profile(tmp_path: Path) -> None:
-    """sim fit reports per-point errors and -o writes a profile that extends the original."""
-    run_dir = tmp_path / "run"
-    runner = CliRunner()
-    made = runner.invoke(cli, [
-        "sim", "run", "--profile", PROFILE, "--concurrency", "1,8", "--requests-per-point", "16",
-        "--input-len", "256", "--output-len", "32", "--out", str(run_dir),
-    ])  # fmt: skip
-    assert made.exit_code == 0, made.stderr
+    """sim fit on the profile's own simulation reproduces every point, fit and held out,
+    reports undetermined coefficients with a reason, and -o writes a profile extending P."""
+    sim_run(tmp_path / "train", "--concurrency", "1,4")
+    sim_run(tmp_path / "held", "--concurrency", "8")
     out = tmp_path / "fitted.yaml"
-    result = runner.invoke(cli, [
-        "sim", "fit", str(run_dir), "--profile", PROFILE, "--iterations", "5",
-        "-o", str(out), "--json",
+    result = CliRunner().invoke(cli, [
+        "sim", "fit", str(tmp_path / "train"), "--holdout", str(tmp_path / "held"),
+        "--profile", PROFILE, "-o", str(out), "--json",
     ])  # fmt: skip
     assert result.exit_code == 0, result.stderr
     doc = json.loads(result.stdout)
-    assert [p["concurrency"] for p in doc["points"]] == [1, 8]
-    assert doc["loss"] < 1e-3  # the run was made with the profile's own coefficients
+    assert [(p["label"], p["held_out"]) for p in doc["points"]] == [
+        ("c=1", False), ("c=4", False), ("c=8", True),
+    ]  # fmt: skip
+    for point in doc["points"]:
+        assert point["requests"] == 12
+        for error in point["error"].values():
+            assert abs(error) < 1e-3  # the runs were made with the profile's own coefficients
+    undetermined = {c["name"]: c["note"] for c in doc["coefficients"] if not c["determined"]}
+    assert "no speculative decoding" in undetermined["verify_request_ms"]
+    assert doc["acceptance"] is None
     fitted = load_profile(str(out))
     assert fitted.simulator is not None
     assert fitted.serve_args == load_profile(PROFILE).serve_args
+
+
+def test_sim_fit_table_labels_fit_and_held_out(tmp_path: Path) -> None:
+    """The text output has one row per point labelled fit or held out, and the coefficients."""
+    sim_run(tmp_path / "train", "--concurrency", "1,4")
+    sim_run(tmp_path / "held", "--rate", "4")
+    result = CliRunner().invoke(cli, [
+        "sim", "fit", str(tmp_path / "train"), "--holdout", str(tmp_path / "held"),
+        "--profile", PROFILE,
+    ], env={"COLUMNS": "120"})  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.count("held out") == 1
+    assert "rate=4" in result.stdout
+    assert "undetermined (kept)" in result.stdout
+
+
+def test_run_dir_without_records_is_one_line(tmp_path: Path) -> None:
+    """A directory with no records.jsonl fails with one line naming it."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = CliRunner().invoke(cli, ["sim", "fit", str(empty), "--profile", PROFILE])
+    assert result.exit_code == 1
+    assert f"{empty} has no records.jsonl" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_runs_of_two_profiles_are_refused(tmp_path: Path) -> None:
+    """Runs that name different profiles are not fitted together."""
+    sim_run(tmp_path / "a", "--concurrency", "1")
+    other = tmp_path / "b"
+    made = CliRunner().invoke(cli, [
+        "sim", "run", "--profile", "deepseek-v3-8xh200", "--concurrency", "1",
+        "--requests-per-point", "2", "--input-len", "64", "--output-len", "4", "--out", str(other),
+    ])  # fmt: skip
+    assert made.exit_code == 0, made.stderr
+    result = CliRunner().invoke(cli, ["sim", "fit", str(tmp_path / "a"), str(other),
+                                      "--profile", PROFILE])  # fmt: skip
+    assert result.exit_code == 1
+    assert "a fit needs one deployment" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("bad", ['{"id": 1}', "not json"])
+def test_invalid_records_are_one_line(tmp_path: Path, bad: str) -> None:
+    """A records.jsonl line that is not a record fails with one line naming the file."""
+    sim_run(tmp_path / "run", "--concurrency", "1")
+    (tmp_path / "run" / "records.jsonl").write_text(bad + "\n", encoding="utf-8")
+    result = CliRunner().invoke(cli, ["sim", "fit", str(tmp_path / "run"), "--profile", PROFILE])
+    assert result.exit_code == 1
+    assert "records.jsonl:1" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

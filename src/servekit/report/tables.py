@@ -42,6 +42,40 @@ def fit_table(rows: Sequence[Mapping[str, Any]], *, title: str) -> Table:
     return table
 
 
+# (JSON key, column heading, format of the figure)
+_CALIBRATION_FIGURES = (
+    ("output_tok_s", "tok/s", "{:.1f}"),
+    ("latency_mean_s", "latency s", "{:.3f}"),
+    ("latency_p90_s", "p90 s", "{:.3f}"),
+    ("ttft_mean_ms", "TTFT ms", "{:.1f}"),
+    ("itl_mean_ms", "ITL ms", "{:.2f}"),
+)
+
+
+def calibration_table(points: Sequence[Mapping[str, Any]], *, title: str) -> Table:
+    """Per point (fit, then held out): each figure measured, and below it predicted + error."""
+    table = Table("point", "role", title=escape(title), title_justify="left", show_lines=True)
+    for _, heading, _ in _CALIBRATION_FIGURES:
+        table.add_column(f"{heading}\nmeasured\npredicted", justify="right")
+    for p in points:
+        cells = [escape(str(p["label"])), "held out" if p["held_out"] else "fit"]
+        for key, _, fmt in _CALIBRATION_FIGURES:
+            measured, predicted = fmt.format(p["measured"][key]), fmt.format(p["predicted"][key])
+            cells.append(f"{measured}\n{predicted} {p['error'][key]:+.1%}")
+        table.add_row(*cells)
+    return table
+
+
+def coefficients_table(coefficients: Sequence[Mapping[str, Any]], *, title: str) -> Table:
+    """Each fitted coefficient: value +- standard error, or undetermined with the reason."""
+    table = Table("coefficient", "value", "+-", "", title=escape(title), title_justify="left")
+    for c in coefficients:
+        stderr = "" if c["stderr"] is None else f"{c['stderr']:.3g}"
+        state = "" if c["determined"] else "undetermined (kept): "
+        table.add_row(c["name"], f"{c['value']:.4g}", stderr, Text(state + c["note"]))
+    return table
+
+
 _STATUS_STYLE = {"pass": "green", "fail": "bold red", "warn": "yellow", "skip": "dim"}
 
 

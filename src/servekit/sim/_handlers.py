@@ -43,6 +43,7 @@ from servekit.sim.textgen import (
     ToolSpec,
     choose_tool,
     detokenize,
+    iter_answer_token_ids,
     iter_pieces,
     plan_answer,
     render_chat,
@@ -71,13 +72,14 @@ def _bad_request(message: str, param: str | None = None) -> HttpError:
     return HttpError(400, message, param=param)
 
 
-async def _count_tokens(text: str) -> int:
-    """Count a text's tokens, letting other tasks run now and then on long texts."""
-    count = 0
-    for count, _ in enumerate(iter_pieces(text), start=1):
+async def _token_ids(text: str) -> list[int]:
+    """A text's token ids, letting other tasks run now and then on long texts."""
+    ids = []
+    for count, piece in enumerate(iter_pieces(text), start=1):
+        ids.append(token_id(piece))
         if count % _YIELD_EVERY == 0:
             await asyncio.sleep(0)
-    return count
+    return ids
 
 
 class SimServer:
@@ -187,8 +189,8 @@ class SimServer:
             message = "the server is still starting"
             raise HttpError(503, message, kind="ServiceUnavailableError")
 
-    async def _prompt_tokens(self, text: str) -> int:
-        """The prompt's token count, refusing prompts that are empty or far too long.
+    async def _prompt_ids(self, text: str) -> list[int]:
+        """The prompt's token ids, refusing prompts that are empty or far too long.
 
         Raises:
             HttpError: 400 for an empty prompt (vLLM refuses them too) or one with more
@@ -202,10 +204,10 @@ class SimServer:
                 f"({MAX_CHARS_PER_TOKEN} per token) can hold. Please reduce the length of the "
                 "input messages."
             )
-        tokens = await _count_tokens(text)
-        if tokens == 0:
+        ids = await _token_ids(text)
+        if not ids:
             raise _bad_request("The decoder prompt cannot be empty", param="prompt")
-        return tokens
+        return ids
 
     # ---- generation ----------------------------------------------------------------------
 
@@ -229,9 +231,9 @@ class SimServer:
         thinking = thinking_enabled(
             args.reasoning_parser, args.default_chat_template_kwargs, req.chat_template_kwargs
         )
-        prompt_tokens = await self._prompt_tokens(prompt)
-        answer = self._plan(prompt, prompt_tokens, req, req.output_limit, thinking, tool)
-        return await self._respond(request, req, prompt_tokens, answer, chat=True)
+        prompt_ids = await self._prompt_ids(prompt)
+        answer = self._plan(prompt, len(prompt_ids), req, req.output_limit, thinking, tool)
+        return await self._respond(request, req, prompt_ids, answer, chat=True)
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         """`POST /v1/completions`."""
@@ -239,14 +241,16 @@ class SimServer:
         self._check_serving()
         if isinstance(req.prompt, str):
             prompt = req.prompt
-            prompt_tokens = await self._prompt_tokens(prompt)
+            prompt_ids = await self._prompt_ids(prompt)
         elif all(isinstance(p, int) for p in req.prompt):
-            prompt, prompt_tokens = " ".join(map(str, req.prompt)), len(req.prompt)
+            # Token ids as given: the engine caches them as they are.
+            prompt_ids = [p for p in req.prompt if isinstance(p, int)]
+            prompt = " ".join(map(str, prompt_ids))
         else:
             prompt = str(req.prompt[0])
-            prompt_tokens = await self._prompt_tokens(prompt)
-        answer = self._plan(prompt, prompt_tokens, req, req.max_tokens, False, None)
-        return await self._respond(request, req, prompt_tokens, answer, chat=False)
+            prompt_ids = await self._prompt_ids(prompt)
+        answer = self._plan(prompt, len(prompt_ids), req, req.max_tokens, False, None)
+        return await self._respond(request, req, prompt_ids, answer, chat=False)
 
     def _plan(
         self,
@@ -284,13 +288,21 @@ class SimServer:
         self,
         request: web.Request,
         req: wire.ChatRequest | wire.CompletionRequest,
-        prompt_tokens: int,
+        prompt_ids: list[int],
         answer: Answer,
         *,
         chat: bool,
     ) -> web.StreamResponse:
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
-        ticket = self.live.submit(rid, prompt_tokens, answer.tokens, req.temperature)
+        prompt_tokens = len(prompt_ids)
+        ticket = self.live.submit(
+            rid,
+            prompt_tokens,
+            answer.tokens,
+            req.temperature,
+            token_ids=prompt_ids,
+            output_ids=iter_answer_token_ids(answer),
+        )
         try:
             reply = Reply(self.model_name, prompt_tokens, answer, chat)
             if req.stream:

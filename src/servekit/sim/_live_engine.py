@@ -11,7 +11,7 @@ known.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from servekit.sim._metrics import ServerMetrics
@@ -106,13 +106,34 @@ class LiveEngine:
         elapsed_s = (asyncio.get_running_loop().time() - step.wall_start_s) / self.time_scale
         return step.sim_start_s + min(max(elapsed_s, 0.0), step.duration_s)
 
-    def submit(self, rid: str, prompt_tokens: int, max_tokens: int, temperature: float) -> Ticket:
+    def submit(
+        self,
+        rid: str,
+        prompt_tokens: int,
+        max_tokens: int,
+        temperature: float,
+        *,
+        token_ids: Sequence[int] | None = None,
+        output_ids: Iterator[int] | None = None,
+    ) -> Ticket:
         """Queue a request in the engine and return its mailbox.
+
+        `token_ids` (the prompt's) and `output_ids` (the answer's, in order) let the
+        engine's prefix cache find and store the request's blocks.
 
         Raises:
             SimulationError: the request does not fit in max_model_len.
         """
-        self.engine.add(SimRequest(rid, prompt_tokens, max_tokens, temperature))
+        self.engine.add(
+            SimRequest(
+                rid,
+                prompt_tokens,
+                max_tokens,
+                temperature,
+                token_ids=token_ids,
+                output_ids=output_ids,
+            )
+        )
         ticket = Ticket(rid, asyncio.Queue(), self.sim_now_s())
         self._tickets[rid] = ticket
         self._wake.set()

@@ -72,6 +72,17 @@ class _EngineCollector(Collector):
             "Number of generation tokens processed.",
             stats.generation_tokens,
         )
+        # vLLM counts prefix-cache lookups of new requests only, in tokens, at admission.
+        yield self._counter(
+            "vllm:prefix_cache_queries",
+            "Prefix cache queries, in terms of number of queried tokens.",
+            stats.prefix_cache_queries,
+        )
+        yield self._counter(
+            "vllm:prefix_cache_hits",
+            "Prefix cache hits, in terms of number of cached tokens.",
+            stats.prefix_cache_hits,
+        )
         if not engine.limits.num_speculative_tokens:
             return
         yield self._counter(

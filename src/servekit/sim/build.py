@@ -24,6 +24,9 @@ DEFAULT_STEP = StepTimeParams(
     draft_pass_ms=1.0,
     draft_request_ms=0.01,
 )
+# Drafts that read the target's hidden states; vLLM drops the last block of their prefix
+# hits so those states are recomputed (SpeculativeConfig.use_eagle).
+EAGLE_METHODS = frozenset({"eagle", "eagle3", "mtp"})
 # EAGLE-family drafts with k=3 at mid-range acceptance (acceptance length ~2.4 at 0.7).
 DEFAULT_ACCEPTANCE = AcceptanceParams(points=((0.0, (0.8, 0.65, 0.55)), (1.0, (0.7, 0.5, 0.4))))
 
@@ -61,7 +64,8 @@ def build_engine(
     acceptance: AcceptanceParams | None = None,
 ) -> Engine:
     """Return a fresh simulated engine for a profile."""
-    k = profile.speculative.config.num_speculative_tokens if profile.speculative else 0
+    spec = profile.speculative.config if profile.speculative else None
+    k = spec.num_speculative_tokens if spec else 0
     limits = EngineLimits(
         max_num_seqs=profile.serve_args.max_num_seqs,
         max_num_batched_tokens=profile.serve_args.max_num_batched_tokens,
@@ -73,4 +77,7 @@ def build_engine(
         step_params or profile_step_params(profile),
         (acceptance or profile_acceptance(profile)) if k else None,
         random.Random(seed),
+        # vLLM V1 caches prefixes unless told not to (None is its default, on).
+        enable_prefix_caching=profile.serve_args.enable_prefix_caching is not False,
+        drop_eagle_block=spec is not None and spec.method in EAGLE_METHODS,
     )

@@ -7,18 +7,29 @@ requests FCFS while `max_num_seqs`, the budget and free KV blocks allow (chunked
 When a running request needs a block and none is free, the most recently admitted request
 is preempted by recompute (its blocks freed, back to the head of the queue). The clock is
 the caller's: the engine has no time source and draws randomness only from the given RNG.
+
+Prefix caching (on by default, as in vLLM V1) applies to requests that carry their token
+ids: when such a request is admitted with nothing computed (new, or resumed after
+preemption), the longest run of cached full blocks from the start of its tokens counts as
+computed (at most up to its last token, which is always recomputed for its logits; with an
+EAGLE-style draft one more block is dropped), and its full blocks are cached as they are
+scheduled, output included when its output ids are given. Requests without token ids (the
+offline sweep's synthetic load) never hit and only take blocks. See `prefix_cache`.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from collections import deque
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from servekit.errors import SimulationError
 from servekit.sim.model import SimModel
 from servekit.sim.params import AcceptanceParams, StepTimeParams
+from servekit.sim.prefix_cache import ROOT_HASH, BlockPool, CachedBlock, chain_hash
 from servekit.sim.step_time import BatchShape, step_time_s
 
 
@@ -33,7 +44,13 @@ class EngineLimits:
 
 @dataclass(slots=True)
 class SimRequest:
-    """A request's mutable progress inside the engine."""
+    """A request's mutable progress inside the engine.
+
+    `token_ids` (the prompt's ids, `prompt_tokens` of them) makes the request take part in
+    prefix caching; `output_ids` yields the ids of its output in order, so full blocks of
+    output are cached too (a later turn re-sending this answer hits them). The engine
+    reads output ids only up to the tokens generated so far.
+    """
 
     id: str
     prompt_tokens: int
@@ -44,6 +61,10 @@ class SimRequest:
     blocks: int = 0
     preemptions: int = 0
     prefill_target: int = -1  # tokens to (re)compute before decoding; set when queued
+    token_ids: Sequence[int] | None = None
+    output_ids: Iterator[int] | None = None
+    cached: list[CachedBlock] | None = None  # held blocks with a hash, the first ones
+    block_hashes: list[int] | None = None  # hashes of the full blocks known so far
 
     @property
     def prefilling(self) -> bool:
@@ -90,6 +111,13 @@ class EngineStats:
     draft_tokens: int = 0
     accepted_tokens: int = 0
     accepted_per_position: list[int] = field(default_factory=list)
+    # vLLM's PrefixCacheStats, in tokens: a lookup counts when its request is admitted
+    # (not while it waits for blocks); resumed (preempted) requests count apart, and only
+    # the first pair is exported as vllm:prefix_cache_queries / vllm:prefix_cache_hits.
+    prefix_cache_queries: int = 0
+    prefix_cache_hits: int = 0
+    preempted_prefix_cache_queries: int = 0
+    preempted_prefix_cache_hits: int = 0
 
 
 class Engine:
@@ -102,6 +130,9 @@ class Engine:
         step_params: StepTimeParams,
         acceptance: AcceptanceParams | None,
         rng: random.Random,
+        *,
+        enable_prefix_caching: bool = True,
+        drop_eagle_block: bool = False,
     ) -> None:
         if limits.num_speculative_tokens and acceptance is None:
             raise SimulationError(
@@ -117,7 +148,8 @@ class Engine:
         self.params = step_params
         self.acceptance = acceptance
         self.rng = rng
-        self.free_blocks = model.num_gpu_blocks
+        self.pool = BlockPool(model.num_gpu_blocks, caching=enable_prefix_caching)
+        self.drop_eagle_block = drop_eagle_block
         self.waiting: deque[SimRequest] = deque()
         self.running: list[SimRequest] = []
         self.stats = EngineStats(accepted_per_position=[0] * limits.num_speculative_tokens)
@@ -128,9 +160,14 @@ class Engine:
         return not self.waiting and not self.running
 
     @property
+    def free_blocks(self) -> int:
+        """KV blocks not held by any request (cached ones no request holds included)."""
+        return self.pool.free
+
+    @property
     def kv_usage(self) -> float:
         """Fraction of KV blocks in use."""
-        return 1 - self.free_blocks / self.model.num_gpu_blocks
+        return 1 - self.pool.free / self.model.num_gpu_blocks
 
     def add(self, request: SimRequest) -> None:
         """Queue a request.
@@ -144,6 +181,16 @@ class Engine:
                 f"tokens, over max_model_len {self.model.max_model_len}",
                 fix="lower the input or output length",
             )
+        if request.token_ids is not None:
+            if len(request.token_ids) != request.prompt_tokens:
+                raise SimulationError(
+                    f"request {request.id} has {len(request.token_ids)} token ids for "
+                    f"{request.prompt_tokens} prompt tokens",
+                    fix="give one id per prompt token, or none",
+                )
+            if self.pool.caching:
+                request.cached = []
+                request.block_hashes = []
         request.prefill_target = request.prompt_tokens + request.output
         self.waiting.append(request)
 
@@ -170,16 +217,91 @@ class Engine:
 
     def _grow(self, request: SimRequest, new_tokens: int) -> bool:
         need = self._blocks_for(request.computed + new_tokens) - request.blocks
-        if need <= 0:
-            return True
-        if need > self.free_blocks:
-            return False
-        self.free_blocks -= need
-        request.blocks += need
+        if need > 0:
+            if need > self.pool.free:
+                return False
+            self.pool.take(need)
+            request.blocks += need
+        if request.cached is not None:
+            # vLLM caches at scheduling time, up to the tokens known (drafts excluded).
+            self._cache_full_blocks(request, request.computed + new_tokens)
         return True
 
+    def _admit(self, request: SimRequest, budget: int) -> int | None:
+        """Give the head of the queue its cached prefix and blocks for its first chunk.
+
+        Returns:
+            The chunk's tokens, or None when the blocks are not there (nothing changes then).
+        """
+        cached = request.cached
+        if cached is None or request.computed:
+            tokens = min(request.prefill_target - request.computed, budget)
+            return tokens if self._grow(request, tokens) else None
+        known = request.prompt_tokens + request.output
+        # The last token is always recomputed (its logits are needed), and block-aligned.
+        max_blocks = max(known - 1, 0) // self.model.block_size
+        hit = self.pool.longest_hit(self._hashes(request, known), max_blocks)
+        if self.drop_eagle_block and hit:
+            hit.pop()  # EAGLE drafts need the hidden states of the tokens before the tail
+        hit_tokens = len(hit) * self.model.block_size
+        tokens = min(request.prefill_target - hit_tokens, budget)
+        need = self._blocks_for(hit_tokens + tokens) - len(hit)
+        if need + sum(1 for block in hit if block.refs == 0) > self.pool.free:
+            return None
+        self.pool.hold(hit)
+        cached.extend(hit)
+        request.blocks = len(hit)
+        request.computed = hit_tokens
+        stats = self.stats
+        if request.preemptions:
+            stats.preempted_prefix_cache_queries += known
+            stats.preempted_prefix_cache_hits += hit_tokens
+        else:
+            stats.prefix_cache_queries += known
+            stats.prefix_cache_hits += hit_tokens
+        granted = self._grow(request, tokens)
+        assert granted, "admission checked the free blocks"
+        return tokens
+
+    def _hashes(self, request: SimRequest, tokens: int) -> list[int]:
+        """The request's full-block hashes over its first `tokens` known tokens."""
+        hashes = request.block_hashes
+        assert hashes is not None
+        assert request.token_ids is not None
+        size = self.model.block_size
+        prompt = request.token_ids
+        while len(hashes) < tokens // size:
+            lo = len(hashes) * size
+            ids = tuple(prompt[lo : lo + size])
+            if len(ids) < size:
+                if request.output_ids is None:
+                    break
+                ids += tuple(itertools.islice(request.output_ids, size - len(ids)))
+                if len(ids) < size:
+                    request.output_ids = None
+                    break
+            hashes.append(chain_hash(hashes[-1] if hashes else ROOT_HASH, ids))
+        return hashes
+
+    def _cache_full_blocks(self, request: SimRequest, scheduled_tokens: int) -> None:
+        cached = request.cached
+        assert cached is not None
+        full = (
+            min(scheduled_tokens, request.prompt_tokens + request.output) // self.model.block_size
+        )
+        if full <= len(cached):
+            return
+        hashes = self._hashes(request, full * self.model.block_size)
+        for block_hash in hashes[len(cached) : full]:
+            cached.append(self.pool.cache(block_hash))
+
     def _release(self, request: SimRequest) -> None:
-        self.free_blocks += request.blocks
+        cached = request.cached
+        if cached:
+            self.pool.release(cached, request.blocks - len(cached))
+            cached.clear()
+        else:
+            self.pool.uncached_free += request.blocks
         request.blocks = 0
 
     def _preempt_last(self) -> SimRequest:
@@ -218,13 +340,13 @@ class Engine:
             index += 1
         while self.waiting and budget > 0 and len(self.running) < self.limits.max_num_seqs:
             request = self.waiting[0]
-            tokens = min(request.prefill_target - request.computed, budget)
-            if not self._grow(request, tokens):
+            chunk = self._admit(request, budget)
+            if chunk is None:
                 break
             self.waiting.popleft()
             self.running.append(request)
-            plan.append((request, tokens, False))
-            budget -= tokens
+            plan.append((request, chunk, False))
+            budget -= chunk
         return self._run(plan, k)
 
     def _run(self, plan: list[tuple[SimRequest, int, bool]], k: int) -> StepResult:

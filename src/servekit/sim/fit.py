@@ -12,13 +12,15 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from servekit.analyze.summarize import point_metrics
 from servekit.errors import ConfigError
 from servekit.results import DocumentError
 from servekit.results.summary import load_summary
+from servekit.sim.calibrate import FIGURES, Calibration
 from servekit.sim.engine import Engine
+from servekit.sim.identify import CoefficientEstimate
 from servekit.sim.offline import LoadPoint, run_point
 from servekit.specs import StepTimeParams, step_coefficients
 
@@ -269,3 +271,74 @@ def fitted_profile(
         "name": new_name,
         "simulator": {**base_simulator, "step": step, "sources": [source]},
     }
+
+
+# --- calibration from per-step data (servekit.sim.calibrate) --------------------------------
+
+
+def _estimate_json(e: CoefficientEstimate) -> dict[str, Any]:
+    stderr = None if e.stderr is None else float(f"{e.stderr:.3g}")
+    return {"name": e.name, "value": round(e.value, 6), "determined": e.determined,
+            "stderr": stderr, "note": e.note}  # fmt: skip
+
+
+def calibration_json(cal: Calibration) -> dict[str, Any]:
+    """The calibration as a JSON document: points (fit and held out), coefficients, diagnostics."""
+    points = []
+    for c in cal.checks:
+        points.append({
+            "label": c.point.label,
+            "source": c.point.source,
+            "held_out": c.held_out,
+            "concurrency": c.point.concurrency,
+            "rate_rps": c.point.rate_rps,
+            "requests": sum(1 for r in c.point.records if r.ok),
+            "measured": {n: round(getattr(c.measured, n), 5) for n in FIGURES},
+            "predicted": {n: round(getattr(c.predicted, n), 5) for n in FIGURES},
+            "error": {n: round(c.error(n), 4) for n in FIGURES},
+        })  # fmt: skip
+    s = cal.steps
+    accept = cal.acceptance
+    return {
+        "points": points,
+        "coefficients": [_estimate_json(e) for e in s.estimates],
+        "admission": None if s.admission is None else _estimate_json(s.admission),
+        "acceptance": None if accept is None else {
+            "temperature": accept.temperature,
+            "probabilities": [round(p, 4) for p in accept.probabilities],
+            "stderr": [None if e is None else round(e, 4) for e in accept.stderr],
+            "verifies": accept.verifies,
+            "source": accept.source,
+            "from_chunks": [round(p, 4) for p in accept.from_chunks],
+        },
+        "step_fit": {"intervals": s.observations, "outliers": s.outliers,
+                     "rms_ms": round(s.rms_ms, 4), "mean_abs_rel": round(s.mean_abs_rel, 4)},
+        "reconstruction": [
+            {"label": label, "steps": r.steps, "intervals": len(r.intervals),
+             "after_idle": sum(1 for i in r.intervals if i.after_idle),
+             "unseen_prefill_steps": sum(i.unseen_prefill_steps for i in r.intervals),
+             "coalesced_chunks": r.coalesced_chunks, "gap_ns": r.gap_ns}
+            for label, r in cal.reconstructions
+        ],
+        "running": [
+            {"label": label, "server_mean": round(server, 3), "reconstructed_mean": round(mine, 3)}
+            for label, server, mine in cal.running
+        ],
+        "seed": cal.seed,
+    }  # fmt: skip
+
+
+def calibrated_profile(
+    base_name: str, new_name: str, base_simulator: dict[str, object], cal: Calibration, source: str
+) -> dict[str, object]:
+    """A profile document that extends `base_name` with the calibrated simulator section.
+
+    The acceptance, when fitted, is the measured temperature's alone (it stands for all).
+    """
+    params = cal.steps.params
+    step = {k: round(getattr(params, k), 6) for k in params.__slots__}
+    simulator: dict[str, object] = {**base_simulator, "step": step, "sources": [source]}
+    if cal.acceptance is not None:
+        a = cal.acceptance
+        simulator["acceptance"] = {a.temperature: [round(p, 4) for p in a.probabilities]}
+    return {"extends": base_name, "name": new_name, "simulator": simulator}

@@ -350,6 +350,18 @@ class AnswerReader:
         return out
 
 
+def iter_answer_token_ids(answer: Answer, *, chunk: int = 256) -> Iterator[int]:
+    """Yield the token ids of an answer's text in order, `chunk` tokens generated at a time.
+
+    The ids are those of the text a client receives (the engine caches the KV of these
+    tokens), so memory stays O(chunk) however long the answer is.
+    """
+    reader = answer.reader()
+    while reader.delivered < answer.tokens:
+        for segment in reader.take(chunk):
+            yield from map(token_id, split_pieces(segment.text))
+
+
 def plan_answer(request: AnswerRequest) -> Answer:
     """Plan the answer to a request (its lengths and seeds; text comes from its reader).
 

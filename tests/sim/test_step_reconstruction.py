@@ -1,0 +1,139 @@
+"""Tests of rebuilding engine steps from chunk arrivals (servekit.sim.fit_steps)."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections.abc import Callable
+
+import pytest
+
+from servekit.records import RequestRecord
+from servekit.sim.engine import Engine, StepResult
+from servekit.sim.fit_steps import reconstruct_steps
+from servekit.sim.offline import LoadPoint, run_point
+from servekit.sim.step_time import BatchShape, step_time_s
+
+MakeEngine = Callable[..., Engine]
+
+
+def recorded_run(engine: Engine, point: LoadPoint) -> tuple[list[RequestRecord], list[BatchShape]]:
+    """Records of a simulated point and the batch of every step the engine ran."""
+    batches: list[BatchShape] = []
+    step = engine.step
+
+    def recording() -> StepResult:
+        result = step()
+        batches.append(normal(result.batch))
+        return result
+
+    engine.step = recording  # type: ignore[method-assign]
+    run = run_point(engine, point, random.Random(5))
+    return run.records, batches
+
+
+def normal(batch: BatchShape) -> BatchShape:
+    """The batch with its requests in one order (a step's work does not depend on it)."""
+    return BatchShape(
+        tuple(sorted(batch.decode_contexts)),
+        tuple(sorted(batch.verify_contexts)),
+        tuple(sorted(batch.prefill_chunks)),
+        batch.num_speculative_tokens,
+    )
+
+
+def rebuilt(records: list[RequestRecord], *, budget: int = 2048, k: int = 0) -> list[BatchShape]:
+    """Every reconstructed step's batch, in order."""
+    rec = reconstruct_steps(records, max_num_batched_tokens=budget, num_speculative_tokens=k)
+    return [normal(b) for interval in rec.intervals for b in interval.batches]
+
+
+@pytest.mark.parametrize(
+    ("point", "budget", "k"),
+    [
+        (LoadPoint("c=1", 6, 300, 20, concurrency=1), 2048, 0),
+        (LoadPoint("c=4", 12, 300, 20, concurrency=4), 2048, 0),
+        (LoadPoint("rate", 30, 200, 30, rate_rps=40.0), 2048, 0),
+        (LoadPoint("chunked", 8, 600, 12, concurrency=4), 256, 0),
+        (LoadPoint("spec", 12, 300, 40, concurrency=4), 2048, 3),
+        (LoadPoint("spec-rate", 20, 300, 40, rate_rps=30.0), 2048, 3),
+    ],
+    ids=["c1", "c4", "open-loop", "chunked-prefill", "spec-c4", "spec-open-loop"],
+)
+def test_reconstruction_matches_every_engine_step(
+    make_engine: MakeEngine, point: LoadPoint, budget: int, k: int
+) -> None:
+    """Every step the engine ran is rebuilt with its exact batch (contexts, prefill chunks
+    with tokens computed before, verifies), including prefill steps that streamed nothing."""
+    records, batches = recorded_run(make_engine(seqs=16, budget=budget, k=k, seed=3), point)
+    assert rebuilt(records, budget=budget, k=k) == batches
+
+
+def test_busy_intervals_are_the_step_durations(make_engine: MakeEngine) -> None:
+    """A busy interval lasts exactly the engine's step (to the nanosecond of the clock)."""
+    engine = make_engine()
+    records, _ = recorded_run(engine, LoadPoint("c=4", 12, 300, 20, concurrency=4))
+    rec = reconstruct_steps(records, max_num_batched_tokens=2048)
+
+    busy = [i for i in rec.intervals if not i.after_idle]
+    assert len(busy) > 30
+    for interval in busy:
+        expected_ns = (
+            sum(step_time_s(b, engine.model, engine.params) for b in interval.batches) * 1e9
+        )
+        assert abs(interval.end_ns - interval.start_ns - expected_ns) <= len(interval.batches)
+
+
+def jittered(records: list[RequestRecord], spread_ns: int, seed: int) -> list[RequestRecord]:
+    """Records whose chunk times are each delayed by up to spread_ns (API-server jitter)."""
+    rng = random.Random(seed)
+    out = []
+    for r in records:
+        times = [t + rng.randrange(spread_ns) for t in r.chunk_ns]
+        for i in range(1, len(times)):
+            times[i] = max(times[i], times[i - 1] + 1)
+        out.append(dataclasses.replace(r, chunk_ns=tuple(times), first_token_ns=times[0]))
+    return out
+
+
+def test_jitter_within_a_step_keeps_the_steps(make_engine: MakeEngine) -> None:
+    """Chunks of one step spread over 300 us (steps last ~5 ms) still cluster into the same
+    steps with the same batches."""
+    records, batches = recorded_run(make_engine(), LoadPoint("c=4", 12, 300, 20, concurrency=4))
+    assert rebuilt(jittered(records, 300_000, seed=1)) == batches
+
+
+def coalesced(records: list[RequestRecord], every: int) -> list[RequestRecord]:
+    """Request 0's chunks merged in pairs every `every` chunks (its stream fell behind)."""
+    out = list(records)
+    r = records[0]
+    times, tokens = list(r.chunk_ns), list(r.chunk_tokens)
+    i = 1
+    while i + 1 < len(times):
+        if i % every == 0:
+            tokens[i + 1] += tokens[i]
+            del times[i], tokens[i]
+        i += 1
+    out[0] = dataclasses.replace(r, chunk_ns=tuple(times), chunk_tokens=tuple(tokens))
+    return out
+
+
+def test_coalesced_chunks_of_one_request_keep_the_steps(make_engine: MakeEngine) -> None:
+    """A chunk carrying two steps' tokens (no speculation) puts its request back into the
+    step it missed; the batches are unchanged and the chunk is counted."""
+    records, batches = recorded_run(make_engine(), LoadPoint("c=4", 12, 300, 20, concurrency=4))
+    merged = coalesced(records, every=3)
+    assert rebuilt(merged) == batches
+    rec = reconstruct_steps(merged, max_num_batched_tokens=2048)
+    assert rec.coalesced_chunks == sum(1 for n in merged[0].chunk_tokens if n > 1)
+
+
+def test_usage_only_chunks_are_ignored(make_engine: MakeEngine) -> None:
+    """Chunks that carried no token (a usage-only final chunk) are not steps."""
+    records, batches = recorded_run(make_engine(), LoadPoint("c=4", 12, 300, 20, concurrency=4))
+    with_usage = [
+        dataclasses.replace(r, chunk_ns=(*r.chunk_ns, r.end_ns + 50_000),
+                            chunk_tokens=(*r.chunk_tokens, 0))
+        for r in records
+    ]  # fmt: skip
+    assert rebuilt(with_usage) == batches
