@@ -48,7 +48,13 @@ from servekit.report.live import LiveProgress
 from servekit.report.log_view import print_analysis
 from servekit.report.plan_view import plan_view
 from servekit.report.startup_view import print_ready, print_started, stage_progress
-from servekit.report.tables import checks_table, compare_table, fit_table, points_table
+from servekit.report.tables import (
+    calibration_table,
+    checks_table,
+    coefficients_table,
+    compare_table,
+    points_table,
+)
 from servekit.results.summary import Summary
 from servekit.results.validate import load_validate
 from servekit.runtime.follow import StartupOutcome
@@ -138,9 +144,8 @@ def _compare(console: Console) -> None:
 
 def _fit(console: Console) -> None:
     doc = json.loads((DATA / "fit-m3.json").read_text(encoding="utf-8"))
-    console.print(
-        fit_table(doc["points"], title=f"sim fit {doc['profile']}: loss {doc['loss']:.4f}")
-    )
+    console.print(calibration_table(doc["points"], title=f"sim fit {doc['profile']}"))
+    console.print(coefficients_table(doc["coefficients"], title="step coefficients"))
 
 
 # --- plan, logs, startup --------------------------------------------------------------------

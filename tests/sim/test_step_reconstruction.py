@@ -10,7 +10,7 @@ import pytest
 
 from servekit.records import RequestRecord
 from servekit.sim.engine import Engine, StepResult
-from servekit.sim.fit_steps import reconstruct_steps
+from servekit.sim.fit_steps import reconstruct_steps, running_at
 from servekit.sim.offline import LoadPoint, run_point
 from servekit.sim.step_time import BatchShape, step_time_s
 
@@ -137,3 +137,48 @@ def test_usage_only_chunks_are_ignored(make_engine: MakeEngine) -> None:
         for r in records
     ]  # fmt: skip
     assert rebuilt(with_usage) == batches
+
+
+def test_a_chunk_split_in_two_reads_is_one_delivery(make_engine: MakeEngine) -> None:
+    """A step's chunk that reached the client as two (same arrival time, tokens split, as
+    the vLLM CPU runs show 54-130 times per point) is still one step of its request."""
+    records, batches = recorded_run(make_engine(), LoadPoint("c=4", 12, 300, 20, concurrency=4))
+    r = records[1]
+    split = dataclasses.replace(
+        r,
+        chunk_ns=(r.chunk_ns[0], *r.chunk_ns[1:5], r.chunk_ns[4], *r.chunk_ns[5:]),
+        chunk_tokens=(r.chunk_tokens[0], *r.chunk_tokens[1:4], 1, 0, *r.chunk_tokens[5:]),
+    )
+    assert sum(split.chunk_tokens) == sum(r.chunk_tokens)
+    assert rebuilt([records[0], split, *records[2:]]) == batches
+
+
+def test_running_requests_match_the_engine_samples(make_engine: MakeEngine) -> None:
+    """The reconstruction's running requests at the engine's sample times are what the
+    engine had running: within one (a request finishing in the sampled step), mostly equal."""
+    engine = make_engine()
+    run = run_point(engine, LoadPoint("rate", 100, 200, 30, rate_rps=20.0), random.Random(2))
+    rec = reconstruct_steps(run.records, max_num_batched_tokens=2048)
+    times = [int(t * 1e9) for t, *_ in run.samples]
+    mine = running_at(rec, times)
+    served = [running for _, _, running, _ in run.samples]
+    assert len(mine) == len(served) > 10
+    assert max(abs(a - b) for a, b in zip(mine, served, strict=True)) <= 1
+    assert sum(a == b for a, b in zip(mine, served, strict=True)) >= 0.9 * len(served)
+
+
+def test_coalesced_verify_chunks_are_split_into_their_steps(make_engine: MakeEngine) -> None:
+    """With speculation, two verify chunks of one request merged into one of more than
+    k + 1 tokens are two verify steps again: the batches are unchanged."""
+    engine = make_engine(seqs=16, k=3, seed=3)
+    records, batches = recorded_run(engine, LoadPoint("spec", 12, 300, 40, concurrency=4))
+    r = records[0]
+    big = next(i for i in range(1, len(r.chunk_tokens) - 1)
+               if r.chunk_tokens[i] + r.chunk_tokens[i + 1] > 4)  # fmt: skip
+    merged = dataclasses.replace(
+        r,
+        chunk_ns=r.chunk_ns[:big] + r.chunk_ns[big + 1 :],
+        chunk_tokens=(*r.chunk_tokens[:big], r.chunk_tokens[big] + r.chunk_tokens[big + 1],
+                      *r.chunk_tokens[big + 2 :]),
+    )  # fmt: skip
+    assert rebuilt([merged, *records[1:]], k=3) == batches

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from rich.markup import escape
@@ -23,25 +24,6 @@ def points_table(points: Sequence[SummaryPoint], *, title: str) -> Table:
     return table
 
 
-def fit_table(rows: Sequence[Mapping[str, Any]], *, title: str) -> Table:
-    """Measured against simulated throughput and latency per point, with relative errors."""
-    table = Table(
-        "load", "measured tok/s", "simulated", "error", "measured s", "simulated", "error",
-        title=title, title_justify="left",
-    )  # fmt: skip
-    for r in rows:
-        table.add_row(
-            f"c={r['concurrency']}",
-            f"{r['measured_tok_s']:.1f}",
-            f"{r['simulated_tok_s']:.1f}",
-            f"{r['throughput_error']:+.1%}",
-            f"{r['measured_latency_s']:.3f}",
-            f"{r['simulated_latency_s']:.3f}",
-            f"{r['latency_error']:+.1%}",
-        )
-    return table
-
-
 # (JSON key, column heading, format of the figure)
 _CALIBRATION_FIGURES = (
     ("output_tok_s", "tok/s", "{:.1f}"),
@@ -53,12 +35,17 @@ _CALIBRATION_FIGURES = (
 
 
 def calibration_table(points: Sequence[Mapping[str, Any]], *, title: str) -> Table:
-    """Per point (fit, then held out): each figure measured, and below it predicted + error."""
+    """Per point (fit, then held out): each figure measured, and below it predicted + error;
+    a point measured in several runs (rounds) shows each run's directory."""
     table = Table("point", "role", title=escape(title), title_justify="left", show_lines=True)
     for _, heading, _ in _CALIBRATION_FIGURES:
         table.add_column(f"{heading}\nmeasured\npredicted", justify="right")
+    labels = [str(p["label"]) for p in points]
     for p in points:
-        cells = [escape(str(p["label"])), "held out" if p["held_out"] else "fit"]
+        label = str(p["label"])
+        if labels.count(label) > 1:  # rounds of one point: say which run each row is
+            label += "\n" + "/".join(Path(str(p["source"])).parts[-2:])
+        cells = [escape(label), "held out" if p["held_out"] else "fit"]
         for key, _, fmt in _CALIBRATION_FIGURES:
             measured, predicted = fmt.format(p["measured"][key]), fmt.format(p["predicted"][key])
             cells.append(f"{measured}\n{predicted} {p['error'][key]:+.1%}")
@@ -68,7 +55,7 @@ def calibration_table(points: Sequence[Mapping[str, Any]], *, title: str) -> Tab
 
 def coefficients_table(coefficients: Sequence[Mapping[str, Any]], *, title: str) -> Table:
     """Each fitted coefficient: value +- standard error, or undetermined with the reason."""
-    table = Table("coefficient", "value", "+-", "", title=escape(title), title_justify="left")
+    table = Table("coefficient", "value", "+-", "note", title=escape(title), title_justify="left")
     for c in coefficients:
         stderr = "" if c["stderr"] is None else f"{c['stderr']:.3g}"
         state = "" if c["determined"] else "undetermined (kept): "

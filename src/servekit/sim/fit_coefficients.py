@@ -262,7 +262,7 @@ def _identify(
     given: dict[str, str] = {}  # a determined coefficient -> the collinear one kept for it
     values, residuals, jacobian = _solve(d, dict(start_values), free, keep)
     while True:
-        group = _null_group(jacobian, free)
+        group = _admission_first(_null_group(jacobian, free))
         if group:
             name, values, residuals, jacobian = _fix_best(
                 d, values, free, keep, group, start_values
@@ -286,7 +286,9 @@ def _identify(
         bad = {e.name: e for e in found if not e.determined}
         if not bad:
             break
-        worst = sorted(bad, key=lambda n: -np.inf if bad[n].stderr is None else -_rel(bad[n]))
+        worst = _admission_first(
+            sorted(bad, key=lambda n: -np.inf if bad[n].stderr is None else -_rel(bad[n]))
+        )
         partners = _correlated(jacobian, free)
         name, values, residuals, jacobian = _fix_best(d, values, free, keep, worst, start_values)
         reported[name] = bad[name]
@@ -361,6 +363,13 @@ def _correlated(jacobian: npt.NDArray[np.float64], free: Sequence[str]) -> dict[
         a: [b for j, b in enumerate(free) if j != i and abs(corr[i, j]) > CORRELATED]
         for i, a in enumerate(free)
     }
+
+
+def _admission_first(names: list[str]) -> list[str]:
+    """ADMISSION first among coefficients the data cannot tell apart: kept at 0, the time
+    is charged to the step coefficients, which the simulator has (on a tie, _fix_best takes
+    the first)."""
+    return sorted(names, key=lambda n: n != ADMISSION)
 
 
 def _rel(e: CoefficientEstimate) -> float:

@@ -99,14 +99,25 @@ def default_gap_ns(records: Sequence[RequestRecord]) -> int:
     return max(1, int(GAP_FRACTION * statistics.median(gaps))) if gaps else 1_000_000
 
 
+def deliveries(record: RequestRecord, gap_ns: int) -> list[tuple[int, int]]:
+    """A request's (time, tokens) deliveries: chunks without tokens dropped, and a chunk
+    arriving within `gap_ns` of the request's previous one merged into it (the client read
+    both at once, or the server sent one step's output in two writes). The merged delivery
+    keeps the later time."""
+    out: list[tuple[int, int]] = []
+    for t, n in zip(record.chunk_ns, record.chunk_tokens, strict=True):
+        if n <= 0:
+            continue
+        if out and t - out[-1][0] <= gap_ns:
+            out[-1] = (t, out[-1][1] + n)
+        else:
+            out.append((t, n))
+    return out
+
+
 def _clusters(records: Sequence[RequestRecord], gap_ns: int) -> list[list[tuple[int, int, int]]]:
-    """Chunk arrivals (time, request index, tokens) grouped into clusters."""
-    events = sorted(
-        (t, i, n)
-        for i, r in enumerate(records)
-        for t, n in zip(r.chunk_ns, r.chunk_tokens, strict=True)
-        if n > 0
-    )
+    """Deliveries (time, request index, tokens) grouped into clusters."""
+    events = sorted((t, i, n) for i, r in enumerate(records) for t, n in deliveries(r, gap_ns))
     out: list[list[tuple[int, int, int]]] = []
     members: set[int] = set()
     last = None
@@ -221,17 +232,24 @@ class _Req:
         out = []
         if k == 0:
             # a chunk of n tokens ends n consecutive steps (never before the previous chunk)
+            # (a delivery that cannot fit the steps before its cluster, because the request's
+            # previous tokens hold them, is squeezed into its cluster's last step)
             steps: list[int] = []
             for step, n in self.chunks:
                 floor = steps[-1] + 1 if steps else step - n + 1
-                steps += [max(floor + j, step - n + 1 + j) for j in range(n)]
+                steps += [min(step, max(floor + j, step - n + 1 + j)) for j in range(n)]
             for before, step in enumerate(steps[1:], start=1):
-                out.append((step, prompt + before - 1, False))
+                if step > steps[before - 1]:
+                    out.append((step, prompt + before - 1, False))
             return out
         before = self.chunks[0][1]
         for step, n in self.chunks[1:]:
-            out.append((step, prompt + before - 1, wanted - before > 1))
-            before += n
+            # a delivery of more than k + 1 tokens is several verify steps ending here
+            q = -(-n // (k + 1))
+            for j in range(q):
+                piece = min(k + 1, n - j * (k + 1))
+                out.append((step - q + 1 + j, prompt + before - 1, wanted - before > 1))
+                before += piece
         return out
 
 
@@ -245,12 +263,12 @@ def _requests(
     for c, cluster in enumerate(clusters):
         for _, i, n in cluster:
             reqs[i].chunks.append((last_of[c], n))
-    if k == 0:
-        for req in reqs:  # the first token alone came from the prefill step
-            step, n = req.chunks[0]
-            if n > 1:
-                req.chunks[0] = (step - n + 1, 1)
-                req.chunks.insert(1, (step, n - 1))
+    for req in reqs:  # the first token alone came from the prefill step
+        step, n = req.chunks[0]
+        if n > 1:
+            behind = n - 1 if k == 0 else -(-(n - 1) // (k + 1))  # steps after the prefill
+            req.chunks[0] = (step - behind, 1)
+            req.chunks.insert(1, (step, n - 1))
     return reqs
 
 
