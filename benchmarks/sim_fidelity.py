@@ -224,8 +224,13 @@ class Row:
     predicted: Figures
 
     def pooled(self, name: str) -> float:
-        """The figure's mean over rounds."""
-        return statistics.fmean(getattr(r, name) for r in self.rounds)
+        """The figure pooled over rounds: the mean, but for throughput the harmonic mean
+        (every round serves the same tokens, so that is all tokens over all time; a mean of
+        rates would weigh a fast round more than the time it took)."""
+        values = [getattr(r, name) for r in self.rounds]
+        if name == "output_tok_s":
+            return statistics.harmonic_mean(values)
+        return statistics.fmean(values)
 
     def error(self, name: str) -> float:
         """Predicted / pooled measured - 1."""

@@ -13,7 +13,7 @@ against all the issue's bounds (throughput 10%, mean latency and ITL 15%, TTFT m
 3 ms)) and are an expected failure while they miss: measured here, the per-request step
 cost fitted at concurrency 1-4 does not extrapolate to 8 and 16 (docs/simulator.md section
 8: c=16 throughput -31% and ITL +56% without speculation on the quietest data; with the
-target as its own draft c=8 and c=16 throughput -41% and -35%). The round spread was measured on a shared
+target as its own draft c=8 and c=16 throughput -33% and -24%). The round spread was measured on a shared
 machine (benchmarks/README.md): single rounds moved up to 2x there; CI is quieter.
 """
 
