@@ -40,10 +40,25 @@ SM_COUNTS = {
 }  # fmt: skip
 
 
+# CPU hosts in the catalog (the engine tier's vLLM CPU): no streaming multiprocessors.
+CPU_HOSTS = {"CPU-EPYC-ZEN4-1CORE"}
+
+
 def test_every_gpu_has_its_sm_count_with_a_source() -> None:
-    """Every catalog entry states its SM count, and one of its sources cites it."""
-    assert set(SM_COUNTS) == set(gpu_names())
+    """Every GPU entry states its SM count, and one of its sources cites it."""
+    assert set(SM_COUNTS) | CPU_HOSTS == set(gpu_names())
     for name, count in SM_COUNTS.items():
         gpu = lookup_gpu(name)
         assert gpu.sm_count == count, name
         assert any(s.startswith(f"sm_count: {count} SMs") for s in gpu.sources), name
+
+
+def test_cpu_host_states_measured_figures() -> None:
+    """The CPU host entry is vLLM CPU's device ('cpu'), has no SMs or FP8, and says its
+    bandwidth was measured and its compute peak checked by a measurement, naming the script."""
+    gpu = lookup_gpu("cpu-host")
+    assert (gpu.name, gpu.device_name, gpu.sm_count, gpu.fp8) == (
+        "CPU-EPYC-ZEN4-1CORE", "cpu", None, False)  # fmt: skip
+    for field in ("hbm_gb_s", "bf16_dense_tflops"):
+        assert any(s.startswith(f"{field}: ") and "measure_cpu_host.py" in s
+                   for s in gpu.sources), field  # fmt: skip
