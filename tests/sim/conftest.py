@@ -1,14 +1,15 @@
-"""Shared simulator fixtures."""
+"""Shared simulator fixtures; `sim_helpers` (a small model, record jitter) is importable."""
 
 from __future__ import annotations
 
 import random
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from servekit.sim.engine import Engine, EngineLimits
-from servekit.sim.model import SimModel
 from servekit.sim.params import AcceptanceParams, StepTimeParams
 
 STEP = StepTimeParams(
@@ -16,26 +17,11 @@ STEP = StepTimeParams(
 )
 ACCEPT = AcceptanceParams(((0.0, (0.8, 0.6, 0.5)), (1.0, (0.6, 0.4, 0.3))))
 
+HERE = str(Path(__file__).parent)
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
 
-def tiny_model(num_gpu_blocks: int = 1000, block_size: int = 16) -> SimModel:
-    """A small dense model on an A100-like GPU."""
-    return SimModel(
-        nonexpert_bytes=2e9,
-        expert_bytes=0.0,
-        num_experts=0,
-        top_k=0,
-        shared_experts=0,
-        flops_per_token=2e9,
-        attention_flops_per_ctx_token=1e5,
-        kv_bytes_per_token=1e5,
-        attended_context_cap=None,
-        indexer_bytes_per_token=0.0,
-        hbm_bytes_s=2e12,
-        peak_flops=3e14,
-        num_gpu_blocks=num_gpu_blocks,
-        block_size=block_size,
-        max_model_len=8192,
-    )
+from sim_helpers import tiny_model  # noqa: E402
 
 
 @pytest.fixture

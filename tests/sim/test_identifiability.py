@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
+from sim_helpers import jittered
 
 from servekit.cli.main import cli
 from servekit.profiles import load_profile
@@ -45,19 +46,6 @@ TRUE = StepTimeParams(
     draft_request_ms=0.1,
 )
 NO_SPEC = ("verify_request_ms", "draft_pass_ms", "draft_request_ms")
-
-
-def jittered(
-    records: list[RequestRecord], spread_ns: int, rng: random.Random
-) -> list[RequestRecord]:
-    """Each chunk arrival delayed by a uniform 0..spread_ns (order kept)."""
-    out = []
-    for r in records:
-        times = [t + rng.randrange(spread_ns) for t in r.chunk_ns]
-        for i in range(1, len(times)):
-            times[i] = max(times[i], times[i - 1] + 1)
-        out.append(dataclasses.replace(r, chunk_ns=tuple(times), first_token_ns=times[0]))
-    return out
 
 
 def simulated(

@@ -14,12 +14,12 @@ from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
+from sim_helpers import tiny_model
 
 from servekit.errors import SimulationError
 from servekit.profiles import load_profile
 from servekit.sim.build import build_engine
 from servekit.sim.engine import Engine, EngineLimits, SimRequest
-from servekit.sim.model import SimModel
 from servekit.sim.offline import LoadPoint, run_point
 from servekit.sim.params import StepTimeParams
 from servekit.sim.prefix_cache import BlockPool, CachedBlock, block_hashes
@@ -28,27 +28,6 @@ from servekit.sim.textgen import Answer, iter_answer_token_ids, tokenize
 
 BS = 16
 STEP = StepTimeParams(base_ms=5.0, hbm_efficiency=0.6, compute_efficiency=0.4)
-
-
-def tiny_model(num_gpu_blocks: int) -> SimModel:
-    """A small dense model with 16-token blocks."""
-    return SimModel(
-        nonexpert_bytes=2e9,
-        expert_bytes=0.0,
-        num_experts=0,
-        top_k=0,
-        shared_experts=0,
-        flops_per_token=2e9,
-        attention_flops_per_ctx_token=1e5,
-        kv_bytes_per_token=1e5,
-        attended_context_cap=None,
-        indexer_bytes_per_token=0.0,
-        hbm_bytes_s=2e12,
-        peak_flops=3e14,
-        num_gpu_blocks=num_gpu_blocks,
-        block_size=BS,
-        max_model_len=8192,
-    )
 
 
 class RecordingPool(BlockPool):
@@ -90,7 +69,7 @@ def engine(
     eagle: bool = False,
 ) -> RecordingEngine:
     built = RecordingEngine(
-        tiny_model(blocks),
+        tiny_model(blocks, BS),
         EngineLimits(seqs, budget),
         STEP,
         None,

@@ -7,6 +7,7 @@ import random
 from collections.abc import Callable
 
 import pytest
+from sim_helpers import jittered
 
 from servekit.records import RequestRecord
 from servekit.sim.engine import Engine, StepResult
@@ -84,23 +85,11 @@ def test_busy_intervals_are_the_step_durations(make_engine: MakeEngine) -> None:
         assert abs(interval.end_ns - interval.start_ns - expected_ns) <= len(interval.batches)
 
 
-def jittered(records: list[RequestRecord], spread_ns: int, seed: int) -> list[RequestRecord]:
-    """Records whose chunk times are each delayed by up to spread_ns (API-server jitter)."""
-    rng = random.Random(seed)
-    out = []
-    for r in records:
-        times = [t + rng.randrange(spread_ns) for t in r.chunk_ns]
-        for i in range(1, len(times)):
-            times[i] = max(times[i], times[i - 1] + 1)
-        out.append(dataclasses.replace(r, chunk_ns=tuple(times), first_token_ns=times[0]))
-    return out
-
-
 def test_jitter_within_a_step_keeps_the_steps(make_engine: MakeEngine) -> None:
     """Chunks of one step spread over 300 us (steps last ~5 ms) still cluster into the same
     steps with the same batches."""
     records, batches = recorded_run(make_engine(), LoadPoint("c=4", 12, 300, 20, concurrency=4))
-    assert rebuilt(jittered(records, 300_000, seed=1)) == batches
+    assert rebuilt(jittered(records, 300_000, random.Random(1))) == batches
 
 
 def coalesced(records: list[RequestRecord], every: int) -> list[RequestRecord]:
