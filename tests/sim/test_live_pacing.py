@@ -67,7 +67,8 @@ def test_a_request_parsed_during_a_step_does_not_start_before_the_step_ended() -
             first = _submit_arrived_at(live, "a", loop.time())
             while not (await first.queue.get()).finished:
                 pass
-            ended_s = live._due_at_s  # the last step's end on the wall clock
+            ended_s = live.last_step_end_s  # the last step's end on the wall clock
+            assert ended_s is not None
             await asyncio.sleep(0.01)  # the engine is idle now
             live.time_scale = SLOW
             _submit_arrived_at(live, "b", ended_s - 1.0)  # stamped while "a" still ran

@@ -143,6 +143,7 @@ class LiveEngine:
         self._tickets: dict[str, Ticket] = {}
         self._wake = _Wake()
         self._due_at_s = math.inf  # loop time the driver next wants to run at
+        self.last_step_end_s: float | None = None  # loop time the last step ended at
         self._ran = asyncio.Event()  # set (and replaced) whenever the driver yields
 
     def sim_now_s(self) -> float:
@@ -259,6 +260,7 @@ class LiveEngine:
                 await asyncio.sleep(max(0.0, delay_s))
                 self.sim_s += result.duration_s
                 self._step = None
+                self.last_step_end_s = deadline
             # Even a step that computed nothing (a zero-token prompt) may have sampled.
             self._deliver(result)
             if result.batch.empty:
