@@ -43,7 +43,11 @@ def _base(k: ConfigKeys) -> Facts:
         dtype, where = k.find("dtype")
     if dtype is not None:
         facts["dtype"] = _serving_dtype(str(dtype))
-        k.note(f"dtype: {where}")
+        if facts["dtype"] == str(dtype).removeprefix("torch."):
+            k.note(f"dtype: {where}")
+        else:
+            k.note(f"dtype: {where} says {dtype}; served as {facts['dtype']} (vLLM's --dtype "
+                   "auto on a GPU)")  # fmt: skip
     else:
         k.note("dtype: torch_dtype absent, bfloat16 (vLLM's --dtype auto)")
     return facts
