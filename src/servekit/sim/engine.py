@@ -248,6 +248,7 @@ class Engine:
         budget = self.limits.max_num_batched_tokens
         block_size = self.model.block_size
         plan: list[tuple[SimRequest, int, bool]] = []  # (request, tokens, is_decode)
+        add = plan.append
         running = self.running
         index = 0
         while index < len(running):
@@ -258,19 +259,20 @@ class Engine:
                 decode = False
             else:
                 remaining = request.max_tokens - request.output
-                tokens = 1 + min(k, max(remaining - 1, 0))
+                # 1 + min(k, max(remaining - 1, 0)): the drafts that can still be used
+                tokens = k + 1 if remaining > k else (remaining if remaining > 0 else 1)
                 decode = True
             if tokens <= 0 or tokens > budget:
                 index += 1
                 continue
             # without prefix-cache state, _grow does nothing when the blocks held cover the step
             needs_grow = (
-                request.cached is not None or -(-(computed + tokens) // block_size) > request.blocks
+                request.cached is not None or computed + tokens > request.blocks * block_size
             )
             if needs_grow and not self._grow(request, tokens):
                 self._preempt_last()  # may be this request; either way look again
                 continue
-            plan.append((request, tokens, decode))
+            add((request, tokens, decode))
             budget -= tokens
             index += 1
         while self.waiting and budget > 0 and len(self.running) < self.limits.max_num_seqs:
@@ -296,18 +298,21 @@ class Engine:
         drafted = accepted_total = generated = 0
         draw = self.rng.random
         per_position = stats.accepted_per_position
+        probabilities = self._probabilities
         for request, tokens, decode in plan:
             if decode:
                 drafts = tokens - 1
                 accepted = 0
                 if drafts > 0:  # as _accept, inline
                     verify_ctx.append(request.computed)
-                    probs = self._accept_probabilities(request.temperature)
-                    for position in range(drafts if drafts < len(probs) else len(probs)):
-                        if draw() >= probs[position]:
+                    probs = probabilities.get(request.temperature) or (
+                        self._accept_probabilities(request.temperature)
+                    )
+                    for p in probs[:drafts]:  # each draft while accepted, at most len(probs)
+                        if draw() >= p:
                             break
+                        per_position[accepted] += 1
                         accepted += 1
-                        per_position[position] += 1
                     drafted += drafts
                     accepted_total += accepted
                 else:
@@ -381,7 +386,8 @@ class Engine:
             or not running
             or (self.waiting and len(running) < limits.max_num_seqs)
             or len(running) * (k + 1) > limits.max_num_batched_tokens
-            or any(r.computed < r.prefill_target or r.cached is not None for r in running)
+            # newly admitted requests (the ones still prefilling, mostly) are at the end
+            or any(r.computed < r.prefill_target or r.cached is not None for r in reversed(running))
         ):
             return None
         pool, stats, pricer = self.pool, self.stats, self._pricer

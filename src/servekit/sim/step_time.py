@@ -250,8 +250,12 @@ class StepPricer:
         attention_flops = model.attention_flops_per_ctx_token
         counts: dict[tuple[int, int], tuple[float, float, float]] = {}
         durations = []
+        key = (-1, -1)
+        fixed: tuple[float, float, float] | None = None
         for decodes, verifies, decode_attended, verify_attended, contexts in shapes:
-            fixed = counts.get((decodes, verifies))
+            if decodes != key[0] or verifies != key[1]:  # mostly the same as the step before
+                key = (decodes, verifies)
+                fixed = counts.get(key)
             if fixed is None:
                 n = decodes + verifies * (k + 1)
                 passes = k if verifies else 0
@@ -274,9 +278,10 @@ class StepPricer:
             kv_read = (decode_attended + verify_attended) * kv_bytes
             kv_read += contexts * indexer_bytes
             attention = decode_attended + (k + 1) * verify_attended
-            memory = weights + kv_read
-            flops = token_flops + attention * attention_flops
-            durations.append(fixed_s + max(memory / memory_rate, flops / compute_rate))
+            memory_s = (weights + kv_read) / memory_rate
+            compute_s = (token_flops + attention * attention_flops) / compute_rate
+            # max(memory_s, compute_s), without the call
+            durations.append(fixed_s + (compute_s if compute_s > memory_s else memory_s))
         return durations
 
     def decode_durations_s(
