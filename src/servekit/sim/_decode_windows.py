@@ -115,6 +115,8 @@ def verify_window(
     taken = drafted = drafts_total = 0
     requests = range(n)
     pairs = list(zip(requests, full, strict=True))
+    sums: list[int] = []  # context sums of the common steps, which come first
+    common = True  # until a request nears its end or the attention cap (then for good)
     while True:
         if free < safe:
             need = 0
@@ -127,7 +129,9 @@ def verify_window(
         row: list[int] = []
         add = row.append
         contexts = sum(computed)
-        if min(map(int.__sub__, target, computed)) > k and max(computed) < big:
+        if common:
+            common = min(map(int.__sub__, target, computed)) > k and max(computed) < big
+        if common:
             need = 0
             for i, probs in pairs:
                 context = computed[i]
@@ -147,8 +151,8 @@ def verify_window(
                 if context == target[i]:
                     finished.append(i)
             drafted += n * k
-            shape = (0, n, 0, contexts, contexts)
             verifies = n
+            shape = None
         else:
             need = decodes = verifies = decode_attended = verify_attended = 0
             for i, probs in pairs:
@@ -183,16 +187,18 @@ def verify_window(
         taken += need
         drafts_total += verifies
         frees.append(free)
-        if stop is None:
-            shapes.append(shape)
+        if stop is not None:
+            durations.append(price(*(shape or (0, n, 0, contexts, contexts)), []))
+        elif shape is None:
+            sums.append(contexts)
         else:
-            durations.append(price(*shape, []))
+            shapes.append(shape)
         if finished or (stop is not None and stop(durations[-1])):
             break
     if not frees:
         return None
     if stop is None:
-        durations = pricer.window_durations_s(shapes)
+        durations = pricer.verify_durations_s(n, sums) + pricer.window_durations_s(shapes)
     for advance in range(2, k + 2):
         for position in range(advance - 1):
             per_position[position] += verified[advance]
@@ -239,7 +245,38 @@ def single_verify_window(
     free = pool.free
     k1 = k + 1
     taken = drafted = verifies = 0
-    while True:
+    sums: list[int] = []  # contexts of the steps that verify k drafts below the cap
+    ended = False
+    # Those steps come first (the tokens left only shrink, the context only grows) and
+    # take the short loop; the steps near the end or at the cap follow.
+    while left > k and computed < big:
+        if computed + k1 > limit:
+            need = -(-(computed + k1 - limit) // size)
+            if need > free:
+                ended = True
+                break
+            limit += need * size
+            free -= need
+            taken += need
+        advance = 1  # the sampled token, then each accepted draft
+        for p in full:
+            if draw() >= p:
+                break
+            advance += 1
+        verified[advance] += 1
+        sums.append(computed)
+        computed += advance
+        left -= advance
+        add(advance)
+        frees.append(free)
+        if stop is not None:
+            durations.append(pricer.duration_s(0, 1, 0, sums[-1], sums[-1], []))
+            if stop(durations[-1]):
+                ended = True
+                break
+    drafted = k * len(sums)
+    verifies = len(sums)
+    while left and not ended:
         planned = k1 if left > k else left
         need = 0
         if computed + planned > limit:
@@ -247,31 +284,20 @@ def single_verify_window(
             if need > free:
                 break
             limit += need * size
-        if planned == k1 and computed < big:
-            advance = 1  # the sampled token, then each accepted draft
-            for p in full:
+        attended = computed if computed < big else big
+        advance = 1
+        if planned > 1:
+            drafts = planned - 1
+            for position, p in enumerate(probs[:drafts]):
                 if draw() >= p:
                     break
                 advance += 1
-            verified[advance] += 1
-            drafted += k
+                per_position[position] += 1
+            drafted += drafts
             verifies += 1
-            shape = (0, 1, 0, computed, computed)
+            shape = (0, 1, 0, attended, computed)
         else:
-            attended = computed if computed < big else big
-            advance = 1
-            if planned > 1:
-                drafts = planned - 1
-                for position, p in enumerate(probs[:drafts]):
-                    if draw() >= p:
-                        break
-                    advance += 1
-                    per_position[position] += 1
-                drafted += drafts
-                verifies += 1
-                shape = (0, 1, 0, attended, computed)
-            else:
-                shape = (1, 0, attended, 0, computed)
+            shape = (1, 0, attended, 0, computed)
         computed += advance
         left -= advance  # never below 0: a step plans at most the tokens left
         add(advance)
@@ -282,12 +308,12 @@ def single_verify_window(
             shapes.append(shape)
         else:
             durations.append(pricer.duration_s(*shape, []))
-        if not left or (stop is not None and stop(durations[-1])):
-            break
+            if stop(durations[-1]):
+                break
     if not frees:
         return None
     if stop is None:
-        durations = pricer.window_durations_s(shapes)
+        durations = pricer.verify_durations_s(1, sums) + pricer.window_durations_s(shapes)
     for advance in range(2, k + 2):
         for position in range(advance - 1):
             per_position[position] += verified[advance]

@@ -284,6 +284,36 @@ class StepPricer:
             durations.append(fixed_s + (compute_s if compute_s > memory_s else memory_s))
         return durations
 
+    def verify_durations_s(self, verifies: int, contexts: list[int]) -> list[float]:
+        """`window_durations_s` of steps of `verifies` verifying requests and nothing else,
+        none at the attention cap, whose contexts sum to contexts[i] in step i (the shape
+        (0, verifies, 0, contexts[i], contexts[i]), priced with the same operations)."""
+        if not contexts:
+            return []
+        model = self._model
+        p = self._params
+        k = self._k
+        n = verifies * (k + 1)
+        memory_rate, compute_rate = self._memory_rate, self._compute_rate
+        kv_bytes, indexer_bytes = model.kv_bytes_per_token, model.indexer_bytes_per_token
+        attention_flops = model.attention_flops_per_ctx_token
+        weights = self.weight_bytes(n)
+        token_flops = n * model.flops_per_token
+        ms = (
+            p.base_ms
+            + p.decode_request_ms * 0
+            + p.verify_request_ms * verifies
+            + p.prefill_request_ms * 0
+            + k * (p.draft_pass_ms + p.draft_request_ms * verifies)
+        )
+        fixed_s = ms / 1000
+        durations = []
+        for context in contexts:
+            memory_s = (weights + (context * kv_bytes + context * indexer_bytes)) / memory_rate
+            compute_s = (token_flops + (k + 1) * context * attention_flops) / compute_rate
+            durations.append(fixed_s + (compute_s if compute_s > memory_s else memory_s))
+        return durations
+
     def decode_durations_s(
         self, decodes: int, attended: list[int], contexts: list[int]
     ) -> list[float]:
