@@ -88,9 +88,10 @@ def verify_window(
     its held blocks are kept as token slots (`limit`). While the free blocks cover the most
     a step can take (`ceil((k + 1) / block_size)` per request), a step is one pass over
     the requests; otherwise its blocks are counted first, and a step they do not fit is
-    left to `step()`. In the common step (every request verifies k drafts, none near its
-    end or the attention cap) accepted positions are counted per verify and added to the
-    per-position counters at the end.
+    left to `step()`. The common steps (every request verifies k drafts, none near its
+    end or the attention cap) come first, as the tokens left only shrink and the contexts
+    only grow; they take a shorter loop, are priced by `StepPricer.verify_durations_s`,
+    and their accepted positions are counted per verify and added up at the end.
     """
     n = len(running)
     size = model.block_size
