@@ -149,8 +149,9 @@ contexts_st = st.lists(st.integers(0, 3000), max_size=40)
 @settings(max_examples=200, deadline=None)
 @given(data=st.data(), k=st.integers(0, 4), whole=st.booleans())
 def test_pricer_equals_step_time_s(data: st.DataObject, k: int, whole: bool) -> None:
-    """StepPricer prices any batch as step_time_s does: to 1e-12 relative, exactly when the
-    model's per-token bytes and FLOPs are whole numbers."""
+    """StepPricer prices any batch as step_time_s does (each of its paths: one step, window
+    steps, decode-only and verify-only steps): to 1e-12 relative, exactly when the model's
+    per-token bytes and FLOPs are whole numbers; the paths agree with each other exactly."""
     model = _random_model(data, whole=whole)
     pricer = StepPricer(model, STEP_PARAMS, k)
     decode, verify = data.draw(contexts_st), data.draw(contexts_st) if k else []
@@ -169,6 +170,9 @@ def test_pricer_equals_step_time_s(data: st.DataObject, k: int, whole: bool) -> 
         got += pricer.window_durations_s([sums])
         if decode and not verify:
             got += pricer.decode_durations_s(sums[0], [sums[2]], [sums[4]])
+        if verify and not decode and sums[3] == sums[4]:  # no context at the attention cap
+            got += pricer.verify_durations_s(sums[1], [sums[4]])
+    assert got == [got[0]] * len(got)  # the paths do the same float operations
     for value in got:
         if whole:
             assert value == expected

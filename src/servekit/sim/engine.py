@@ -8,7 +8,9 @@ When a running request needs a block and none is free, the most recently admitte
 is preempted by recompute (its blocks freed, back to the head of the queue). The clock is
 the caller's: the engine has no time source and draws randomness only from the given RNG.
 `decode_window()` runs a stretch of pure-decode steps at once for the offline simulator: the
-same steps, draws and results as calling `step()` for each (faster, not different).
+same steps, draws and results as calling `step()` for each (faster, not different); the
+windows themselves are in `_decode_windows`, and the values the engine works on (limits,
+requests, step results, counters) in `_engine_values`, re-exported here.
 
 Prefix caching (on by default, as in vLLM V1) applies to requests that carry their token
 ids: when such a request is admitted with nothing computed (new, or resumed after
@@ -24,125 +26,24 @@ from __future__ import annotations
 import itertools
 import math
 import random
-from collections import Counter, deque
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections import deque
+from collections.abc import Callable
 
 from servekit.errors import SimulationError
+from servekit.sim._decode_windows import decode_only_window, single_verify_window, verify_window
+from servekit.sim._engine_values import (
+    DecodeWindow,
+    EngineLimits,
+    EngineStats,
+    SimRequest,
+    StepResult,
+)
 from servekit.sim.model import SimModel
 from servekit.sim.params import AcceptanceParams, StepTimeParams
-from servekit.sim.prefix_cache import ROOT_HASH, BlockPool, CachedBlock, chain_hash
+from servekit.sim.prefix_cache import ROOT_HASH, BlockPool, chain_hash
 from servekit.sim.step_time import BatchShape, StepPricer
 
-
-@dataclass(frozen=True, slots=True)
-class EngineLimits:
-    """Scheduler limits, in vLLM's spelling."""
-
-    max_num_seqs: int
-    max_num_batched_tokens: int
-    num_speculative_tokens: int = 0
-
-
-@dataclass(slots=True)
-class SimRequest:
-    """A request's mutable progress inside the engine.
-
-    `token_ids` (the prompt's ids, `prompt_tokens` of them) makes the request take part in
-    prefix caching; `output_ids` yields the ids of its output in order, so full blocks of
-    output are cached too (a later turn re-sending this answer hits them). The engine
-    reads output ids only up to the tokens generated so far.
-    """
-
-    id: str
-    prompt_tokens: int
-    max_tokens: int
-    temperature: float = 0.0
-    computed: int = 0  # tokens whose KV is in the cache
-    output: int = 0
-    blocks: int = 0
-    preemptions: int = 0
-    prefill_target: int = -1  # tokens to (re)compute before decoding; set when queued
-    token_ids: Sequence[int] | None = None
-    output_ids: Iterator[int] | None = None
-    cached: list[CachedBlock] | None = None  # held blocks with a hash, the first ones
-    block_hashes: list[int] | None = None  # hashes of the full blocks known so far
-
-    @property
-    def prefilling(self) -> bool:
-        """True while prompt tokens (or, after preemption, recomputed tokens) remain."""
-        return self.computed < self.prefill_target
-
-    @property
-    def done(self) -> bool:
-        """True once every requested output token exists."""
-        return self.output >= self.max_tokens
-
-
-@dataclass(frozen=True, slots=True)
-class StepResult:
-    """What one step did.
-
-    Attributes:
-        duration_s: how long the step took on the modelled GPUs.
-        gained: (request id, tokens emitted) for every request that emitted tokens;
-            one entry is one streamed chunk.
-        finished: ids of requests that completed in this step.
-        batch: the batch composition that was run.
-        drafted: draft tokens proposed in this step.
-        accepted: draft tokens accepted in this step.
-    """
-
-    duration_s: float
-    gained: tuple[tuple[str, int], ...]
-    finished: tuple[str, ...]
-    batch: BatchShape
-    drafted: int = 0
-    accepted: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class DecodeWindow:
-    """Consecutive steps in which every running request decodes and nothing else happens.
-
-    `decode_window` runs them at once; they are the steps `step()` would have run one by one,
-    with the same RNG draws in the same order. Every request of `requests` emits one chunk in
-    each step.
-
-    Attributes:
-        durations_s: each step's duration.
-        kv_usage: the fraction of KV blocks in use after each step.
-        requests: ids of the requests that ran, in scheduling order.
-        tokens: tokens each of `requests` emitted in each step (None: one in every step).
-        finished: ids of the requests that completed in the last step.
-    """
-
-    durations_s: list[float]
-    kv_usage: list[float]
-    requests: tuple[str, ...]
-    tokens: list[list[int]] | None
-    finished: tuple[str, ...]
-
-
-@dataclass(slots=True)
-class EngineStats:
-    """Counters like vLLM's /metrics, accumulated over the engine's life."""
-
-    steps: int = 0
-    preemptions: int = 0
-    generation_tokens: int = 0
-    prompt_tokens: int = 0
-    drafts: int = 0
-    draft_tokens: int = 0
-    accepted_tokens: int = 0
-    accepted_per_position: list[int] = field(default_factory=list)
-    # vLLM's PrefixCacheStats, in tokens: a lookup counts when its request is admitted
-    # (not while it waits for blocks); resumed (preempted) requests count apart, and only
-    # the first pair is exported as vllm:prefix_cache_queries / vllm:prefix_cache_hits.
-    prefix_cache_queries: int = 0
-    prefix_cache_hits: int = 0
-    preempted_prefix_cache_queries: int = 0
-    preempted_prefix_cache_hits: int = 0
+__all__ = ["DecodeWindow", "Engine", "EngineLimits", "EngineStats", "SimRequest", "StepResult"]
 
 
 class Engine:
@@ -347,6 +248,7 @@ class Engine:
         budget = self.limits.max_num_batched_tokens
         block_size = self.model.block_size
         plan: list[tuple[SimRequest, int, bool]] = []  # (request, tokens, is_decode)
+        add = plan.append
         running = self.running
         index = 0
         while index < len(running):
@@ -357,19 +259,20 @@ class Engine:
                 decode = False
             else:
                 remaining = request.max_tokens - request.output
-                tokens = 1 + min(k, max(remaining - 1, 0))
+                # 1 + min(k, max(remaining - 1, 0)): the drafts that can still be used
+                tokens = k + 1 if remaining > k else (remaining if remaining > 0 else 1)
                 decode = True
             if tokens <= 0 or tokens > budget:
                 index += 1
                 continue
             # without prefix-cache state, _grow does nothing when the blocks held cover the step
             needs_grow = (
-                request.cached is not None or -(-(computed + tokens) // block_size) > request.blocks
+                request.cached is not None or computed + tokens > request.blocks * block_size
             )
             if needs_grow and not self._grow(request, tokens):
                 self._preempt_last()  # may be this request; either way look again
                 continue
-            plan.append((request, tokens, decode))
+            add((request, tokens, decode))
             budget -= tokens
             index += 1
         while self.waiting and budget > 0 and len(self.running) < self.limits.max_num_seqs:
@@ -395,18 +298,21 @@ class Engine:
         drafted = accepted_total = generated = 0
         draw = self.rng.random
         per_position = stats.accepted_per_position
+        probabilities = self._probabilities
         for request, tokens, decode in plan:
             if decode:
                 drafts = tokens - 1
                 accepted = 0
                 if drafts > 0:  # as _accept, inline
                     verify_ctx.append(request.computed)
-                    probs = self._accept_probabilities(request.temperature)
-                    for position in range(drafts if drafts < len(probs) else len(probs)):
-                        if draw() >= probs[position]:
+                    probs = probabilities.get(request.temperature) or (
+                        self._accept_probabilities(request.temperature)
+                    )
+                    for p in probs[:drafts]:  # each draft while accepted, at most len(probs)
+                        if draw() >= p:
                             break
+                        per_position[accepted] += 1
                         accepted += 1
-                        per_position[position] += 1
                     drafted += drafts
                     accepted_total += accepted
                 else:
@@ -480,300 +386,27 @@ class Engine:
             or not running
             or (self.waiting and len(running) < limits.max_num_seqs)
             or len(running) * (k + 1) > limits.max_num_batched_tokens
-            or any(r.computed < r.prefill_target or r.cached is not None for r in running)
+            # newly admitted requests (the ones still prefilling, mostly) are at the end
+            or any(r.computed < r.prefill_target or r.cached is not None for r in reversed(running))
         ):
             return None
-        if k:
-            if len(running) == 1:
-                return self._single_verify_window(stop)
-            return self._verify_window(stop)
-        return self._decode_only_window(stop)
-
-    def _decode_only_window(self, stop: Callable[[float], bool] | None) -> DecodeWindow | None:
-        """Without speculative decoding: one token per request per step, no RNG."""
-        running = self.running
-        n = len(running)
-        size = self.model.block_size
-        steps = min(r.max_tokens - r.output for r in running)  # the first finish ends it
-        contexts = [r.computed for r in running]
-        need_at: Counter[int] = Counter()  # step -> requests that take a new block in it
-        for request in running:
-            # a block more once the step's token passes the blocks held
-            need_at.update(range(request.blocks * size - request.computed, steps, size))
-        free = self.free_blocks
-        kv_usage: list[float] = []
-        total = self.model.num_gpu_blocks
-        for step in range(steps):
-            need = need_at.get(step, 0)
-            if need > free:
-                steps = step
-                break
-            free -= need
-            kv_usage.append(1 - free / total)
-        if steps == 0:
-            return None
-        pricer = self._pricer
-        cap = self.model.attended_context_cap
-        first = sum(contexts)
-        context_sums = range(first, first + n * steps, n)
-        if cap is None or max(contexts) + steps - 1 <= cap:
-            attended_sums: list[int] | range = context_sums
+        pool, stats, pricer = self.pool, self.stats, self._pricer
+        if not k:
+            window = decode_only_window(running, self.model, pool, stats, pricer, stop)
+        elif len(running) == 1:
+            probs = self._accept_probabilities(running[0].temperature)
+            window = single_verify_window(
+                running[0], k, self.model, pool, stats, self.rng.random, probs, pricer, stop
+            )
         else:
-            attended_sums = [
-                sum(c + step if c + step < cap else cap for c in contexts) for step in range(steps)
-            ]
-        durations = pricer.decode_durations_s(n, list(attended_sums), list(context_sums))
-        if stop is not None:
-            for step, duration in enumerate(durations):
-                if stop(duration):
-                    steps = step + 1
-                    del durations[steps:], kv_usage[steps:]
-                    break
-        self._take_blocks(sum(need for step, need in need_at.items() if step < steps))
-        finished = []
-        for request in running:
-            request.computed += steps
-            request.output += steps
-            request.blocks = max(request.blocks, -(-request.computed // size))
-            if request.output >= request.max_tokens:
-                finished.append(request.id)
-        stats = self.stats
-        stats.steps += steps
-        stats.generation_tokens += n * steps
-        ids = tuple(r.id for r in running)
-        if finished:
-            self._finish(finished)
-            kv_usage[-1] = self.kv_usage
-        return DecodeWindow(durations, kv_usage, ids, None, tuple(finished))
-
-    def _verify_window(self, stop: Callable[[float], bool] | None) -> DecodeWindow | None:
-        """With speculative decoding: each step as `step()` runs it, one request at a time.
-
-        The requests' progress is kept in local lists while the window runs (the same
-        integers `step()` would store on them) and written back at its end. While the free
-        blocks cover the most a step can take (`ceil((k + 1) / block_size)` per request),
-        a step is one pass over the requests; otherwise its blocks are counted first, and
-        a step they do not fit is left to `step()`.
-        """
-        running = self.running
-        n = len(running)
-        k = self.limits.num_speculative_tokens
-        size = self.model.block_size
-        cap = self.model.attended_context_cap
-        big = cap if cap is not None else 1 << 62
-        price = self._pricer.duration_s
-        total = self.model.num_gpu_blocks
-        stats = self.stats
-        per_position = stats.accepted_per_position
-        draw = self.rng.random
-        probabilities = [self._accept_probabilities(r.temperature) for r in running]
-        left = [r.max_tokens - r.output for r in running]  # tokens still to emit
-        computed = [r.computed for r in running]
-        blocks = [r.blocks for r in running]
-        room = [b * size - c for b, c in zip(blocks, computed, strict=True)]  # free slots held
-        start_left, start_computed = sum(left), sum(computed)
-        tokens: list[list[int]] = [[] for _ in running]
-        safe = n * -(-(k + 1) // size)  # free blocks that make any step fit
-        shapes: list[tuple[int, int, int, int, int]] = []
-        durations: list[float] = []
-        frees: list[int] = []
-        finished: list[int] = []
-        free = self.free_blocks
-        taken = drafted = drafts_total = 0
-        requests = range(n)
-        while True:
-            if free < safe:
-                need = 0
-                for i in requests:
-                    remaining = left[i]
-                    short = (k + 1 if remaining > k else remaining) - room[i]
-                    if short > 0:
-                        need += -(-short // size)
-                if need > free:
-                    break
-            if min(left) > k and max(computed) < big:
-                # the common step: every request verifies k drafts, none is near its end or
-                # the attention cap (the general loop below, with those branches taken)
-                need = 0
-                contexts = sum(computed)
-                for i in requests:
-                    if k + 1 > room[i]:
-                        more = -(-(k + 1 - room[i]) // size)
-                        need += more
-                        blocks[i] += more
-                        room[i] += more * size
-                    accepted = 1  # the sampled token, then each accepted draft
-                    probs = probabilities[i]
-                    for position in range(k if k < len(probs) else len(probs)):
-                        if draw() >= probs[position]:
-                            break
-                        accepted += 1
-                        per_position[position] += 1
-                    computed[i] += accepted
-                    room[i] -= accepted
-                    left[i] -= accepted
-                    tokens[i].append(accepted)
-                    if not left[i]:
-                        finished.append(i)
-                drafted += n * k
-                decodes, verifies, decode_attended, verify_attended = 0, n, 0, contexts
-            else:
-                need = decodes = verifies = decode_attended = verify_attended = contexts = 0
-                for i in requests:
-                    context = computed[i]
-                    remaining = left[i]
-                    planned = k + 1 if remaining > k else remaining
-                    if planned > room[i]:
-                        more = -(-(planned - room[i]) // size)
-                        need += more
-                        blocks[i] += more
-                        room[i] += more * size
-                    contexts += context
-                    accepted = 0
-                    if planned > 1:
-                        verifies += 1
-                        verify_attended += context if context < big else big
-                        probs = probabilities[i]
-                        drafts = planned - 1
-                        for position in range(drafts if drafts < len(probs) else len(probs)):
-                            if draw() >= probs[position]:
-                                break
-                            accepted += 1
-                            per_position[position] += 1
-                        drafted += drafts
-                    else:
-                        decodes += 1
-                        decode_attended += context if context < big else big
-                    accepted += 1  # now the request's advance: accepted drafts + the sampled token
-                    computed[i] = context + accepted
-                    room[i] -= accepted
-                    new = accepted if accepted < remaining else remaining
-                    left[i] = remaining - new
-                    tokens[i].append(new)
-                    if new == remaining:
-                        finished.append(i)
-            free -= need
-            taken += need
-            drafts_total += verifies
-            frees.append(free)
-            shape = (decodes, verifies, decode_attended, verify_attended, contexts)
-            if stop is None:
-                shapes.append(shape)
-            else:
-                durations.append(price(*shape, []))
-            if finished or (stop is not None and stop(durations[-1])):
-                break
-        if not frees:
-            return None
-        if stop is None:
-            durations = self._pricer.window_durations_s(shapes)
-        for i, request in enumerate(running):
-            request.computed = computed[i]
-            request.output = request.max_tokens - left[i]
-            request.blocks = blocks[i]
-        self._take_blocks(taken)
-        steps = len(frees)
-        stats.steps += steps
-        stats.generation_tokens += start_left - sum(left)
-        if drafted:
-            stats.drafts += drafts_total
-            stats.draft_tokens += drafted
-            stats.accepted_tokens += sum(computed) - start_computed - steps * n
-        ids = tuple(r.id for r in running)
-        kv_usage = [1 - f / total for f in frees]
-        done = tuple(ids[i] for i in finished)
-        if done:
-            self._finish(list(done))
-            kv_usage[-1] = self.kv_usage
-        return DecodeWindow(durations, kv_usage, ids, tokens, done)
-
-    def _single_verify_window(self, stop: Callable[[float], bool] | None) -> DecodeWindow | None:
-        """`_verify_window` for one running request (concurrency 1), on plain variables."""
-        request = self.running[0]
-        k = self.limits.num_speculative_tokens
-        size = self.model.block_size
-        cap = self.model.attended_context_cap
-        big = cap if cap is not None else 1 << 62
-        stats = self.stats
-        per_position = stats.accepted_per_position
-        draw = self.rng.random
-        probs = self._accept_probabilities(request.temperature)
-        width = len(probs)
-        left = start_left = request.max_tokens - request.output
-        computed = start_computed = request.computed
-        blocks = request.blocks
-        room = blocks * size - computed
-        tokens: list[int] = []
-        shapes: list[tuple[int, int, int, int, int]] = []
-        durations: list[float] = []
-        frees: list[int] = []
-        free = self.free_blocks
-        taken = drafted = verifies = 0
-        while True:
-            planned = k + 1 if left > k else left
-            need = 0
-            if planned > room:
-                need = -(-(planned - room) // size)
-                if need > free:
-                    break
-                blocks += need
-                room += need * size
-            attended = computed if computed < big else big
-            accepted = 0
-            if planned > 1:
-                drafts = planned - 1
-                for position in range(drafts if drafts < width else width):
-                    if draw() >= probs[position]:
-                        break
-                    accepted += 1
-                    per_position[position] += 1
-                drafted += drafts
-                verifies += 1
-                shape = (0, 1, 0, attended, computed)
-            else:
-                shape = (1, 0, attended, 0, computed)
-            accepted += 1  # now the request's advance: accepted drafts + the sampled token
-            computed += accepted
-            room -= accepted
-            new = accepted if accepted < left else left
-            left -= new
-            tokens.append(new)
-            free -= need
-            taken += need
-            frees.append(free)
-            if stop is None:
-                shapes.append(shape)
-            else:
-                durations.append(self._pricer.duration_s(*shape, []))
-            if not left or (stop is not None and stop(durations[-1])):
-                break
-        if not frees:
-            return None
-        if stop is None:
-            durations = self._pricer.window_durations_s(shapes)
-        request.computed = computed
-        request.output = request.max_tokens - left
-        request.blocks = blocks
-        self._take_blocks(taken)
-        steps = len(frees)
-        stats.steps += steps
-        stats.generation_tokens += start_left - left
-        if drafted:
-            stats.drafts += verifies
-            stats.draft_tokens += drafted
-            stats.accepted_tokens += computed - start_computed - steps
-        total = self.model.num_gpu_blocks
-        kv_usage = [1 - f / total for f in frees]
-        done: tuple[str, ...] = ()
-        if not left:
-            done = (request.id,)
-            self._finish([request.id])
-            kv_usage[-1] = self.kv_usage
-        return DecodeWindow(durations, kv_usage, (request.id,), [tokens], done)
-
-    def _take_blocks(self, count: int) -> None:
-        """Hand `count` free blocks to requests without prefix-cache state."""
-        self.pool.take(count)
+            probabilities = [self._accept_probabilities(r.temperature) for r in running]
+            window = verify_window(
+                running, k, self.model, pool, stats, self.rng.random, probabilities, pricer, stop
+            )
+        if window is not None and window.finished:
+            self._finish(list(window.finished))
+            window.kv_usage[-1] = self.kv_usage
+        return window
 
     def _accept_probabilities(self, temperature: float) -> tuple[float, ...]:
         probs = self._probabilities.get(temperature)

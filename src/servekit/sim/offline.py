@@ -154,11 +154,10 @@ def run_point(
         window = engine.decode_window(arrival_due if pending else None)
         if window is not None:
             waiting_max = max(waiting_max, len(engine.waiting))
-            times = list(
-                itertools.accumulate(
-                    (max(1, round(duration * NS)) for duration in window.durations_s), initial=now
-                )
-            )[1:]
+            ticks = [round(duration * NS) for duration in window.durations_s]
+            if min(ticks) < 1:  # a step lasts at least 1 ns, as below
+                ticks = [max(1, tick) for tick in ticks]
+            times = list(itertools.accumulate(ticks, initial=now))[1:]
             now = times[-1]
             last = len(times) - 1
             index = bisect.bisect_left(times, next_sample)

@@ -250,8 +250,12 @@ class StepPricer:
         attention_flops = model.attention_flops_per_ctx_token
         counts: dict[tuple[int, int], tuple[float, float, float]] = {}
         durations = []
+        key = (-1, -1)
+        fixed: tuple[float, float, float] | None = None
         for decodes, verifies, decode_attended, verify_attended, contexts in shapes:
-            fixed = counts.get((decodes, verifies))
+            if decodes != key[0] or verifies != key[1]:  # mostly the same as the step before
+                key = (decodes, verifies)
+                fixed = counts.get(key)
             if fixed is None:
                 n = decodes + verifies * (k + 1)
                 passes = k if verifies else 0
@@ -274,9 +278,40 @@ class StepPricer:
             kv_read = (decode_attended + verify_attended) * kv_bytes
             kv_read += contexts * indexer_bytes
             attention = decode_attended + (k + 1) * verify_attended
-            memory = weights + kv_read
-            flops = token_flops + attention * attention_flops
-            durations.append(fixed_s + max(memory / memory_rate, flops / compute_rate))
+            memory_s = (weights + kv_read) / memory_rate
+            compute_s = (token_flops + attention * attention_flops) / compute_rate
+            # max(memory_s, compute_s), without the call
+            durations.append(fixed_s + (compute_s if compute_s > memory_s else memory_s))
+        return durations
+
+    def verify_durations_s(self, verifies: int, contexts: list[int]) -> list[float]:
+        """`window_durations_s` of steps of `verifies` verifying requests and nothing else,
+        none at the attention cap, whose contexts sum to contexts[i] in step i (the shape
+        (0, verifies, 0, contexts[i], contexts[i]), priced with the same operations)."""
+        if not contexts:
+            return []
+        model = self._model
+        p = self._params
+        k = self._k
+        n = verifies * (k + 1)
+        memory_rate, compute_rate = self._memory_rate, self._compute_rate
+        kv_bytes, indexer_bytes = model.kv_bytes_per_token, model.indexer_bytes_per_token
+        attention_flops = model.attention_flops_per_ctx_token
+        weights = self.weight_bytes(n)
+        token_flops = n * model.flops_per_token
+        ms = (
+            p.base_ms
+            + p.decode_request_ms * 0
+            + p.verify_request_ms * verifies
+            + p.prefill_request_ms * 0
+            + k * (p.draft_pass_ms + p.draft_request_ms * verifies)
+        )
+        fixed_s = ms / 1000
+        durations = []
+        for context in contexts:
+            memory_s = (weights + (context * kv_bytes + context * indexer_bytes)) / memory_rate
+            compute_s = (token_flops + (k + 1) * context * attention_flops) / compute_rate
+            durations.append(fixed_s + (compute_s if compute_s > memory_s else memory_s))
         return durations
 
     def decode_durations_s(
