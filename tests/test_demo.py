@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from servekit.analyze.compare import MIN_SPEC_GAIN_PCT
 from servekit.reference import FIT_BOUND, HELD_OUT_BOUND, SEED_TABLE, is_fitted
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -19,13 +20,19 @@ SEED = {p.concurrency: (p.output_throughput_tok_s, p.avg_latency_s) for p in SEE
 # by 1.1 points at c=1 (3.1% against 2%), 0.6 at c=4 (10.6% against 10%), 7.6 at c=16 (9.6%
 # against 2%) and not at all at c=128 (21.1% against 22%).
 SAMPLE_MARGIN = {1: 0.011, 4: 0.006, 16: 0.076, 128: 0.0}
-# The live server at time scale 0.1 (main's live driver) against the offline engine: in three
-# quick demos on a shared machine (2026-12-01) the live figures fell at most 4.5 points
-# outside the offline spread over seeds (c=4 throughput -15.1% against at most -10.6%; c=1
-# about 3% slower in each). A fourth demo run while a test suite used the other core lagged
-# far more (c=128 latency +68.6%) and is not covered: the live driver's drift is being fixed
-# at its cause (docs/simulator.md section 3).
+# The live server at time scale 0.1 against the offline engine: before the live driver's fix
+# three quick demos on a shared machine fell at most 4.5 points outside the offline spread
+# over seeds (c=4 throughput -15.1% against at most -10.6%); after it (2026-12-01, load 1-3)
+# three fell at most 1.3 points outside (c=4 latency +11.9% against 10.6%). The margin keeps
+# the larger figure: three runs are too few to size it down.
 LIVE_MARGIN = 0.045
+# Where EAGLE3 pays, as the deployment states it (on at concurrency <= 4, off from 8 on), and
+# as the model predicts it robustly: its gain at c=8 lies within 2 points of compare's
+# threshold (offline over seeds 1-10: -3.6% to +3.1% at the demo's counts, +4.0% to +5.6% at
+# 256 requests; three live quick demos on main gave +5.3%, +4.8%, +3.0%), so the advice at
+# the c=4/c=8 boundary ("<= 4" or "<= 8") is not asserted: docs/simulator.md section 3 gives
+# the model's gap there. Asserted: EAGLE3 pays at 1 and 4 and not from 16 on.
+PAYS, DOES_NOT_PAY = (1, 4), (16, 128)
 
 
 def _bound(concurrency: int) -> float:
@@ -56,13 +63,21 @@ def test_quick_demo_reproduces_the_deployment(tmp_path: Path) -> None:
     """Each row of the table is within the calibration's stated error of the deployment's
     figures (the fit's bound at the fitted rows, the held-out bound at the others) plus the
     demo's sample and live margins, and is labelled fitted or held out; the recommendation
-    comes from the data and says EAGLE3 pays up to concurrency 4; the report is written, and
-    no simulator is left running."""
+    comes from the data: EAGLE3 pays at concurrency 1 and 4 and not from 16 on (the boundary
+    at 8 is the model's open gap); the report is written, and no simulator is left running."""
     done = _demo("--quick", "--out", str(tmp_path), "--json")
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout)
-    assert result["recommendation"].startswith("enable EAGLE3 at concurrency <= 4;")
+    assert result["recommendation"].startswith(
+        ("enable EAGLE3 at concurrency <= 4;", "enable EAGLE3 at concurrency <= 8;")
+    ), result["recommendation"]
     summary = json.loads((tmp_path / "eagle3-t0.7" / "summary.json").read_text(encoding="utf-8"))
+    off = json.loads((tmp_path / "no-eagle3-t0.7" / "summary.json").read_text(encoding="utf-8"))
+    off_tput = {p["concurrency"]: p["output_throughput_tok_s"] for p in off["points"]}
+    on_tput = {p["concurrency"]: p["output_throughput_tok_s"] for p in summary["points"]}
+    gain_pct = {c: 100 * (on_tput[c] / off_tput[c] - 1) for c in on_tput}
+    assert all(gain_pct[c] >= MIN_SPEC_GAIN_PCT for c in PAYS), gain_pct
+    assert all(gain_pct[c] < MIN_SPEC_GAIN_PCT for c in DOES_NOT_PAY), gain_pct
     assert summary["time_scale"] == 0.1
     by_c = {p["concurrency"]: p for p in summary["points"]}
     for c, (tput, latency) in SEED.items():
