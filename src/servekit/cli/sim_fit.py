@@ -77,7 +77,7 @@ def fit_command(
     console.print(coefficients_table(
         coefficients,
         title=f"step coefficients: {fit.observations} intervals, rms {fit.rms_ms:.3f} ms, "
-        f"{fit.outliers} dropped as pauses (admission_ms is measured, not simulated)",
+        f"{fit.outliers} dropped as pauses (admission_ms is fitted, not simulated)",
     ))  # fmt: skip
     if cal.acceptance is not None:
         a = cal.acceptance
