@@ -16,6 +16,7 @@ ALLOWED_MODULES = {
     "sim/server.py": "the simulator's aiohttp application and runner",
     "sim/_handlers.py": "the simulator's request handlers (aiohttp.web)",
     "sim/_respond.py": "the simulator's response writers (aiohttp.web)",
+    "sim/_pacing.py": "the simulator server's middlewares (aiohttp.web)",
 }
 
 
