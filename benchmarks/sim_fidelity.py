@@ -51,6 +51,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "engine"))
 from conftest import (  # noqa: E402
     CLIENT_CORE,
+    MEASURED_FLAGS,
     SERVER_CORE,
     build_model,
     spec_config,
@@ -63,10 +64,9 @@ INPUT_LEN = 512
 OUTPUT_LEN = 64
 WARMUP = 2
 SEED = 0
-# The server flags of both variants: prefix caching off (bench's synthetic prompts from the
-# tiny vocabulary share whole 128-token blocks, so hits would depend on the draw, and the
+# The server flags of both variants are the tier's timing flags (prefix caching off: the
 # fitted step model is to be judged on compute, not on cache luck).
-SERVER_FLAGS = ["--no-enable-prefix-caching"]
+SERVER_FLAGS = MEASURED_FLAGS
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from servekit.bench.run_points import arrival_of, read_run_points, read_runs
+from servekit.bench.run_points import arrival_of, read_runs
 from servekit.cli.main import cli
 from servekit.errors import ServekitError
 from servekit.results.summary import load_summary
@@ -48,7 +48,7 @@ def test_points_carry_their_records_and_load(tmp_path: Path) -> None:
     """Each summary point becomes a RunPoint with its own records, load and lengths."""
     sim_run(tmp_path / "closed", "--concurrency", "1,2")
     sim_run(tmp_path / "open", "--rate", "0.5")
-    closed = read_run_points(tmp_path / "closed")
+    closed, _ = read_runs([tmp_path / "closed"])
     assert [(p.label, p.concurrency, p.rate_rps) for p in closed] == [
         ("c=1", 1, None), ("c=2", 2, None),
     ]  # fmt: skip
@@ -68,4 +68,4 @@ def test_a_run_of_failed_requests_only_is_refused(tmp_path: Path) -> None:
         line.update(error_kind="http", error="503")
     path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
     with pytest.raises(ServekitError, match="no point has successful requests with chunk times"):
-        read_run_points(tmp_path / "run")
+        read_runs([tmp_path / "run"])

@@ -35,6 +35,9 @@ MAX_MODEL_LEN = 2048
 START_TIMEOUT_S = 420.0
 CLIENT_CORE = 0
 SERVER_CORE = 1
+# Timing servers run without prefix caching: bench's synthetic prompts from the tiny
+# vocabulary share whole 128-token blocks, so hits would depend on the draw.
+MEASURED_FLAGS = ["--no-enable-prefix-caching"]
 PARSERS = ["--reasoning-parser", "minimax_m3", "--tool-call-parser", "minimax_m3",
            "--enable-auto-tool-choice"]  # fmt: skip
 
@@ -195,8 +198,7 @@ def vllm_measured(target_model: Path) -> Iterator[VllmServer]:
     """The target for timing comparisons: pinned to its own core, prefix caching off (the
     tiny vocabulary makes vLLM's random prompts share 128-token blocks, which would give
     one tool's prompts cache hits the other's do not get)."""
-    yield from _serve("measured", target_model, ["--no-enable-prefix-caching"],
-                      core=SERVER_CORE)  # fmt: skip
+    yield from _serve("measured", target_model, MEASURED_FLAGS, core=SERVER_CORE)
 
 
 @pytest.fixture(scope="module")

@@ -39,16 +39,6 @@ def arrival_of(summary: Summary) -> str:
     return "poisson"
 
 
-def read_run_points(run_dir: Path) -> list[RunPoint]:
-    """Every point of a run directory that has successful streamed requests.
-
-    Raises:
-        ServekitError: no records.jsonl or summary.json, an invalid one, or no point with
-            successful requests carrying chunk times.
-    """
-    return _read_run(run_dir)[1]
-
-
 def _read_run(run_dir: Path) -> tuple[Target, list[RunPoint]]:
     if not (run_dir / RECORDS_FILE).is_file():
         raise ConfigError(f"{run_dir} has no {RECORDS_FILE} to fit steps from", fix=_FIX)
