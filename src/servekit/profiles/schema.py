@@ -221,6 +221,18 @@ class DeploySection(_Strict):
     shm_size: str | None = None
     startup_timeout_s: int = Field(default=1800, gt=0)
     namespace: str = "default"
+    network: Literal["bridge", "host"] = Field(
+        default="bridge",
+        description="container networking (docker, compose): bridge publishes the engine's "
+        "port 8000 on bind_host:port; host shares the host's network, and the engine itself "
+        "listens on bind_host:port",
+    )
+    kubernetes_version: str = Field(
+        default="1.37",
+        pattern=r"^1\.[0-9]{1,3}$",
+        description="the Kubernetes minor release the manifests target (checked against its "
+        "OpenAPI schemas)",
+    )
 
 
 class ValidateDefaults(_Strict):
