@@ -318,6 +318,12 @@ class Profile(_Strict):
     engine: EngineSection
     serve_args: ServeArgs
     env: dict[EnvName, str] = Field(default_factory=dict)
+    secret_env: list[EnvName] = Field(
+        default_factory=list,
+        description="variables the engine needs whose values are secrets (HF_TOKEN): taken "
+        "from the launching environment (a Kubernetes Secret for k8s), never written to "
+        "profiles, artifacts, logs or state",
+    )
     speculative: Speculative | None = None
     deploy: DeploySection = Field(default_factory=DeploySection)
     validate_defaults: ValidateDefaults = Field(default_factory=ValidateDefaults, alias="validate")
@@ -325,6 +331,16 @@ class Profile(_Strict):
     simulator: SimulatorSection | None = None
     calibration: list[Calibration] = Field(default_factory=list)
     sources: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _secrets_are_not_plain_env(self) -> Profile:
+        both = sorted(set(self.secret_env) & set(self.env))
+        if both:
+            raise ValueError(
+                f"{', '.join(both)} is in both env and secret_env; a secret's value must not "
+                "be in the profile: remove it from env"
+            )
+        return self
 
     @model_validator(mode="after")
     def _parallelism_uses_the_gpus(self) -> Profile:
