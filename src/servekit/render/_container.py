@@ -11,6 +11,7 @@ import re
 from pathlib import PurePosixPath
 
 from servekit.errors import ConfigError
+from servekit.hardware.catalog import lookup_gpu
 from servekit.profiles.schema import Profile
 
 CONTAINER_PORT = 8000
@@ -51,6 +52,17 @@ def gpu_count(profile: Profile) -> int:
     if profile.hardware.nodes != 1:
         raise multi_node_error(profile, "this target")
     return profile.hardware.gpus_per_node
+
+
+def uses_gpus(profile: Profile) -> bool:
+    """Whether the engine needs GPUs reserved: False on a CPU host (the catalog's `cpu`
+    device, vLLM's CPU build), where `--gpus` and `nvidia.com/gpu` would make docker and
+    Kubernetes refuse or never schedule the engine.
+
+    Raises:
+        ConfigError: the profile's GPU is not in the catalog.
+    """
+    return lookup_gpu(profile.hardware.gpu).device_name != "cpu"
 
 
 def multi_node_error(profile: Profile, target: str) -> ConfigError:
