@@ -1,0 +1,248 @@
+"""A private Docker engine for the docker tier, and the local images it runs.
+
+`start_daemon` starts Debian's `dockerd` as this (root) user with everything of its own
+under one temporary directory: the API socket, the data root, the exec root (its
+containerd lives there), the pid file and an empty daemon config, so the host's docker
+set-up is neither read nor touched. This machine's sandbox has no bridge networking
+(`--bridge=none`, no iptables): containers use the host's network.
+
+`build_base_image` makes a small image without any registry: a Debian root file system
+from debootstrap (Python 3 and patch), with servekit and its dependencies installed
+from this checkout by pip (`--target`), imported with `docker import`. `servekit sim
+serve` in it stands in for the engine (`ENGINE_ENTRYPOINT`).
+
+`stop_daemon` removes every container and image of the private daemon, stops it and
+unmounts anything left under its directory; `leftovers` lists what would still be there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[2]
+STANDIN = Path(__file__).with_name("vllm_standin.py")
+DEBIAN_SUITE = "bookworm"
+DEBIAN_MIRROR = os.environ.get("SERVEKIT_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+START_TIMEOUT_S = 60.0
+INSTALL_HINT = (
+    "install it with: bash scripts/bootstrap --with-engine (Debian docker.io, debootstrap)"
+)
+ENGINE_ENTRYPOINT = "/usr/local/bin/vllm-standin"
+"""Where the base image keeps the engine stand-in; its ENTRYPOINT, like vllm-openai's
+`vllm serve`, takes the model path and vLLM's flags."""
+
+
+IMAGE_PATH = "/opt/servekit/lib/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+class DockerTierError(AssertionError):
+    """The tier's own set-up failed (missing tool, daemon that does not start)."""
+
+
+@dataclass
+class Daemon:
+    """A running private dockerd.
+
+    Attributes:
+        root: the directory that holds everything of it.
+        host: its DOCKER_HOST (a unix socket under `root`).
+        proc: the dockerd process.
+    """
+
+    root: Path
+    host: str
+    proc: subprocess.Popen[bytes]
+
+    @property
+    def log(self) -> Path:
+        """dockerd's own log."""
+        return self.root / "dockerd.log"
+
+    def env(self, **extra: str) -> dict[str, str]:
+        """This process's environment pointed at the private daemon."""
+        return {**os.environ, "DOCKER_HOST": self.host, **extra}
+
+    def cli(self, *args: str, check: bool = True, timeout_s: float = 120.0) -> str:
+        """Run `docker ARGS` against the daemon; returns stdout.
+
+        Raises:
+            DockerTierError: with `check`, docker exited non-zero (its stderr is quoted).
+        """
+        result = subprocess.run(
+            ["docker", *args], capture_output=True, text=True, timeout=timeout_s,
+            env=self.env(), check=False,
+        )  # fmt: skip
+        if check and result.returncode != 0:
+            raise DockerTierError(f"docker {' '.join(args)} failed: {result.stderr.strip()}")
+        return result.stdout
+
+    def containers(self) -> list[str]:
+        """Ids of every container the daemon has, running or not."""
+        return self.cli("ps", "-aq", "--no-trunc").split()
+
+    def images(self) -> list[str]:
+        """Ids of every image the daemon has."""
+        return sorted(set(self.cli("images", "-aq", "--no-trunc").split()))
+
+
+def require(tool: str) -> str:
+    """The path of a tool the tier needs.
+
+    Raises:
+        DockerTierError: it is missing (the message says how to install it).
+    """
+    path = shutil.which(tool)
+    if path is None:
+        raise DockerTierError(f"the docker tier needs {tool}, which is not on PATH; {INSTALL_HINT}")
+    return path
+
+
+def start_daemon() -> Daemon:
+    """Start a private dockerd and wait until it answers.
+
+    Raises:
+        DockerTierError: dockerd is missing, this is not root, or it did not answer in
+            START_TIMEOUT_S (its log's tail is quoted).
+    """
+    dockerd = require("dockerd")
+    require("docker")
+    if os.geteuid() != 0:
+        raise DockerTierError("the docker tier starts its own dockerd, which needs root")
+    # A short path: unix socket paths (containerd's among them) are limited to 107 bytes.
+    root = Path(tempfile.mkdtemp(prefix="sk-docker-", dir="/tmp"))
+    (root / "daemon.json").write_text("{}\n", encoding="utf-8")
+    host = f"unix://{root}/docker.sock"
+    argv = [
+        dockerd, "--host", host, "--data-root", str(root / "data"),
+        "--exec-root", str(root / "exec"), "--pidfile", str(root / "docker.pid"),
+        "--config-file", str(root / "daemon.json"),
+        "--containerd-namespace", f"sk-{root.name}",
+        "--containerd-plugins-namespace", f"sk-{root.name}-plugins",
+        "--iptables=false", "--ip-forward=false", "--ip-masq=false", "--bridge=none",
+    ]  # fmt: skip
+    with (root / "dockerd.log").open("wb") as log:
+        proc = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip
+    daemon = Daemon(root, host, proc)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            break
+        answer = subprocess.run(["docker", "version", "--format", "{{.Server.Version}}"],
+                                capture_output=True, env=daemon.env(), check=False, timeout=30)  # fmt: skip
+        if answer.returncode == 0:
+            return daemon
+        time.sleep(0.3)
+    tail = daemon.log.read_text(encoding="utf-8", errors="replace").splitlines()[-15:]
+    stop_daemon(daemon)
+    raise DockerTierError("the private dockerd did not start:\n" + "\n".join(tail))
+
+
+def stop_daemon(daemon: Daemon) -> None:
+    """Remove every container and image of the daemon, stop it, unmount and delete its
+    directory. Safe to call twice."""
+    if daemon.proc.poll() is None:
+        with contextlib.suppress(DockerTierError, subprocess.TimeoutExpired):
+            ids = daemon.containers()
+            if ids:
+                daemon.cli("rm", "-f", "-v", *ids, check=False)
+            images = daemon.images()
+            if images:
+                daemon.cli("rmi", "-f", *images, check=False)
+        daemon.proc.send_signal(signal.SIGTERM)
+        try:
+            daemon.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            daemon.proc.kill()
+            daemon.proc.wait(timeout=10)
+    for process in _processes_under(daemon.root):
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    for mount in reversed(_mounts_under(daemon.root)):
+        subprocess.run(["umount", "-l", mount], check=False, capture_output=True)
+    shutil.rmtree(daemon.root, ignore_errors=True)
+
+
+def leftovers(daemon: Daemon) -> list[str]:
+    """What of the daemon is still there: processes, mounts, its directory."""
+    found = [
+        f"process {p.pid}: {' '.join(p.cmdline())[:120]}" for p in _processes_under(daemon.root)
+    ]
+    found += [f"mount {mount}" for mount in _mounts_under(daemon.root)]
+    if daemon.proc.poll() is None:
+        found.append(f"dockerd {daemon.proc.pid} still runs")
+    if daemon.root.exists():
+        found.append(f"directory {daemon.root}")
+    return found
+
+
+def _processes_under(root: Path) -> list[psutil.Process]:
+    """Processes whose command line names the daemon's directory (dockerd, containerd,
+    shims)."""
+    found = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if any(str(root) in word for word in process.cmdline()):
+                found.append(process)
+    return found
+
+
+def _mounts_under(root: Path) -> list[str]:
+    """Mount points at or under `root`, from this process's mount table."""
+    mounts = []
+    for line in Path("/proc/self/mountinfo").read_text(encoding="utf-8").splitlines():
+        point = line.split()[4].replace("\\040", " ")
+        if point == str(root) or point.startswith(f"{root}/"):
+            mounts.append(point)
+    return mounts
+
+
+def build_base_image(daemon: Daemon, tag: str, work: Path) -> str:
+    """Build the tier's base image (see the module docstring); returns `tag`.
+
+    Raises:
+        DockerTierError: debootstrap or pip failed (their output's tail is quoted).
+    """
+    require("debootstrap")
+    rootfs = work / "rootfs"
+    _run(["debootstrap", "--variant=minbase", "--include=python3,patch", DEBIAN_SUITE,
+          str(rootfs), DEBIAN_MIRROR], what="debootstrap", timeout_s=600)  # fmt: skip
+    lib = rootfs / "opt" / "servekit" / "lib"
+    _run([str(ROOT / ".venv" / "bin" / "python"), "-m", "pip", "install", "--quiet",
+          "--disable-pip-version-check", "--no-compile", "--target", str(lib), str(ROOT)],
+         what="pip install servekit into the image", timeout_s=900)  # fmt: skip
+    shutil.copy(STANDIN, rootfs / ENGINE_ENTRYPOINT.lstrip("/"))
+    (rootfs / ENGINE_ENTRYPOINT.lstrip("/")).chmod(0o755)
+    with subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE) as tar:
+        imported = subprocess.run(
+            ["docker", "import",
+             "--change", "ENV PYTHONPATH=/opt/servekit/lib",
+             "--change", f"ENV PATH={IMAGE_PATH}",
+             "--change", f'ENTRYPOINT ["python3", "{ENGINE_ENTRYPOINT}"]',
+             "-", tag],
+            stdin=tar.stdout, capture_output=True, text=True, env=daemon.env(), check=False,
+            timeout=300,
+        )  # fmt: skip
+    if imported.returncode != 0:
+        raise DockerTierError(f"docker import failed: {imported.stderr.strip()}")
+    shutil.rmtree(rootfs, ignore_errors=True)
+    return tag
+
+
+def _run(argv: list[str], *, what: str, timeout_s: float) -> None:
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
+    if result.returncode != 0:
+        tail = (result.stdout + result.stderr).strip().splitlines()[-15:]
+        raise DockerTierError(f"{what} failed (exit {result.returncode}):\n" + "\n".join(tail))
