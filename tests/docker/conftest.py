@@ -1,8 +1,8 @@
 """The docker tier: a private Docker engine and a local base image, once per session.
 
 Every test here is marked `docker` (and integration, slow). The daemon and the image are
-made by `docker_tier.py` (importable from every test here); at the end of the session everything is removed and
-`leftovers` must be empty, or the session's teardown fails.
+made by `docker_tier.py` (importable from every test here); at the end of the session
+everything is removed and `leftovers` must be empty, or the session's teardown fails.
 """
 
 from __future__ import annotations

@@ -140,8 +140,9 @@ def start_daemon() -> Daemon:
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             break
-        answer = subprocess.run(["docker", "version", "--format", "{{.Server.Version}}"],
-                                capture_output=True, env=daemon.env(), check=False, timeout=30)  # fmt: skip
+        version = ["docker", "version", "--format", "{{.Server.Version}}"]
+        answer = subprocess.run(version, capture_output=True, env=daemon.env(), check=False,
+                                timeout=30)  # fmt: skip
         if answer.returncode == 0:
             return daemon
         time.sleep(0.3)

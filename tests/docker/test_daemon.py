@@ -24,8 +24,9 @@ def test_a_stopped_daemon_leaves_no_container_image_process_or_mount(
         docker_daemon.cli("save", "-o", str(saved), base_image)
         second.cli("load", "-i", str(saved))
         (tmp_path / "data").mkdir()
-        second.cli("run", "-d", "--network", "host", "-v", f"{tmp_path / 'data'}:/data:ro",
-                   "-v", "scratch:/scratch", "--entrypoint", "sleep", base_image, "600")  # fmt: skip
+        data = f"{tmp_path / 'data'}:/data:ro"
+        second.cli("run", "-d", "--network", "host", "-v", data, "-v", "scratch:/scratch",
+                   "--entrypoint", "sleep", base_image, "600")  # fmt: skip
         assert len(second.containers()) == 1
         assert leftovers(second)  # it runs: its processes, mounts and directory are there
     finally:

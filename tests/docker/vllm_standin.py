@@ -23,7 +23,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("model")
     parser.add_argument("--host", default="0.0.0.0")  # noqa: S104 - as vLLM's default
     parser.add_argument("--port", default="8000")
-    known, rest = parser.parse_known_args(argv)
+    known, _flags = parser.parse_known_args(argv)
     print(f"vllm stand-in: serve {shlex.join(argv)}", flush=True)
     profile = Path(known.model) / "servekit-profile.yaml"
     if not profile.is_file():
@@ -34,7 +34,7 @@ def main(argv: list[str]) -> int:
                "--host", known.host, "--port", known.port]  # fmt: skip
     for fault in filter(None, os.environ.get("SERVEKIT_STANDIN_FAULTS", "").split(",")):
         command += ["--fault", fault]
-    os.execv(command[0], command)
+    os.execv(command[0], command)  # noqa: S606 - an argument list, no shell
     return 1  # not reached
 
 
