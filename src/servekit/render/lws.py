@@ -26,6 +26,7 @@ from servekit.render._k8s_pod import (
     engine_container,
     object_metadata,
     pod_volumes,
+    secret_notes,
     service_ports,
 )
 from servekit.render._ray import head_start_words, join_ray_function, wait_for_gpus_function
@@ -115,6 +116,7 @@ def render_lws(profile: Profile) -> str:
         f"{hardware.gpus_per_node} GPUs each (tensor parallel inside a pod, one pipeline "
         "stage per pod), vLLM over Ray.",
         f"Needs the LeaderWorkerSet controller ({API_VERSION}) installed in the cluster.",
+        *secret_notes(profile),
     ]
     return "\n".join([*shell.comments(notes), body])
 
