@@ -8,6 +8,7 @@ fixtures fail each check, so the checks can fail. The helpers are `manifest_chec
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,7 @@ from servekit.profiles import Profile, load_profile
 from servekit.profiles.loader import BUILTIN_DIR
 from servekit.render import render
 from servekit.render.lws import leader_script, worker_script
+from servekit.render.shell import literal_values_directive
 
 REPO = Path(__file__).resolve().parents[2]
 # Loaded by path, so a user profile of the same name cannot shadow a built-in.
@@ -43,6 +45,9 @@ MULTI_NODE = sorted(name for name, profile in PROFILES.items() if profile.hardwa
 M3 = str(BUILTIN_DIR / "minimax-m3-mxfp8-8xa800.yaml")
 BF16 = str(BUILTIN_DIR / "minimax-m3-bf16-2x8xa800.yaml")
 CPU = str(REPO / "benchmarks" / "profiles" / "tiny-llama-cpu.yaml")
+HOSTILE = "x'; rm -rf / #$(id)"
+MULTI_LINE = "two\n  lines $HOME `id` \\"
+SHELL_LIKE = "a$b `c` \\"
 VARIANTS = {
     "m3-secrets-host-network": load_profile(
         M3, overrides=["secret_env=[HF_TOKEN,WANDB_API_KEY]", "deploy.network=host"]
@@ -55,6 +60,18 @@ VARIANTS = {
     ),
     "cpu-host-network-secret": load_profile(
         CPU, overrides=["deploy.network=host", "secret_env=[HF_TOKEN]"]
+    ),
+    # Values that look like shell (expansions, quotes, a trailing backslash, a line break)
+    # are quoted literally; the scripts must still pass shellcheck.
+    "m3-hostile-values": load_profile(
+        M3,
+        overrides=[
+            f"served_model_name={json.dumps(HOSTILE)}",
+            f"env.EXTRA={SHELL_LIKE}",  # env values are taken as written
+        ],
+    ),
+    "bf16-multi-line-name": load_profile(
+        BF16, overrides=[f"served_model_name={json.dumps(MULTI_LINE)}"]
     ),
 }
 ALL = {**PROFILES, **VARIANTS}
@@ -118,6 +135,39 @@ def test_leader_worker_set_container_scripts_pass_shellcheck(name: str) -> None:
     profile = ALL[name]
     for script in (leader_script(profile), worker_script(profile)):
         assert check_shell("#!/usr/bin/env bash\n" + script) == []
+
+
+def test_hostile_values_reach_the_artifacts_verbatim() -> None:
+    """The shell-looking variants really carry their values (YAML overrides kept them)."""
+    assert VARIANTS["m3-hostile-values"].serve_args.served_model_name == HOSTILE
+    assert VARIANTS["m3-hostile-values"].env["EXTRA"] == SHELL_LIKE
+    assert VARIANTS["bf16-multi-line-name"].serve_args.served_model_name == MULTI_LINE
+
+
+@pytest.mark.parametrize(
+    ("words", "directive"),
+    [
+        (["--max-model-len", "2048", '{"a":1}'], []),
+        (
+            ["--served-model-name", "a$b"],
+            ["# shellcheck disable=SC2016 # quoted profile values are literal"],
+        ),
+        (["x `id`"], ["# shellcheck disable=SC2016 # quoted profile values are literal"]),
+        (["a \\"], ["# shellcheck disable=SC1003 # quoted profile values are literal"]),
+        (["$x \\"], ["# shellcheck disable=SC1003,SC2016 # quoted profile values are literal"]),
+    ],
+)
+def test_literal_values_directive_names_only_the_notes_the_values_draw(
+    words: list[str], directive: list[str]
+) -> None:
+    """A command gets a shellcheck directive only for the notes its quoted values draw."""
+    assert literal_values_directive(words) == directive
+
+
+def test_a_plain_profile_script_has_no_shellcheck_directive() -> None:
+    """The built-ins' scripts pass shellcheck with no directive at all."""
+    for name, profile in PROFILES.items():
+        assert "shellcheck" not in render(profile, "script"), name
 
 
 def test_secret_values_never_reach_an_artifact() -> None:

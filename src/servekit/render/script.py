@@ -57,8 +57,8 @@ def render_script(profile: Profile) -> str:
     """
     if profile.hardware.nodes > 1:
         return render_ray_script(profile)
-    lines = _preamble(profile, _notes(profile))
-    lines.append(shell.continued(_serve_lines(profile)))
+    directive, serve = _serve_lines(profile)
+    lines = [*_preamble(profile, _notes(profile)), *directive, shell.continued(serve)]
     return "\n".join(lines) + "\n"
 
 
@@ -83,7 +83,11 @@ def render_ray_script(profile: Profile) -> str:
         f"workers reach the head on port {RAY_PORT}.",
     ]
     # Indent whole lines only: a quoted value may itself span lines.
-    serve = [_CASE_INDENT + line for line in _serve_lines(profile)]
+    directive, serve_lines = _serve_lines(profile)
+    serve = [
+        *(_CASE_INDENT + line for line in directive),
+        shell.continued([_CASE_INDENT + line for line in serve_lines]),
+    ]
     lines = [
         *_preamble(profile, notes),
         "usage() {",
@@ -100,7 +104,7 @@ def render_ray_script(profile: Profile) -> str:
         "    [[ $# -eq 1 ]] || usage",
         f"    {shell.quote_words(head_start_words())}",
         f"    wait_for_gpus {want_gpus}",
-        shell.continued(serve),
+        *serve,
         "    ;;",
         "  worker)",
         "    [[ $# -eq 2 && -n $2 ]] || usage",
@@ -131,7 +135,9 @@ def _preamble(profile: Profile, notes: list[str]) -> list[str]:
     lines = ["#!/usr/bin/env bash", *shell.comments(notes), "set -euo pipefail", ""]
     env = environment(profile)
     if env:
-        lines += [f"export {shell.assignment(name, value)}" for name, value in env.items()]
+        for name, value in env.items():
+            lines += shell.literal_values_directive([value])
+            lines.append(f"export {shell.assignment(name, value)}")
         lines.append("")
     if profile.secret_env:
         lines += [secret_check(name) for name in profile.secret_env]
@@ -151,8 +157,10 @@ def secret_check(name: str) -> str:
     return f': "${{{name}:?is not set; export {name} (secret_env) before running this script}}"'
 
 
-def _serve_lines(profile: Profile) -> list[str]:
-    return shell.command_lines(
-        ["exec", "vllm", "serve", profile.model.path],
-        [*host_flags(profile), *vllm_serve_flags(profile)],
-    )
+def _serve_lines(profile: Profile) -> tuple[list[str], list[str]]:
+    """Return the shellcheck directive the `exec vllm serve` command needs (if any) and
+    the command's lines, one per flag group, not yet joined."""
+    head = ["exec", "vllm", "serve", profile.model.path]
+    groups = [*host_flags(profile), *vllm_serve_flags(profile)]
+    directive = shell.literal_values_directive([*head, *(w for g in groups for w in g)])
+    return directive, shell.command_lines(head, groups)
