@@ -175,13 +175,17 @@ def test_a_plain_profile_script_has_no_shellcheck_directive() -> None:
         assert "shellcheck" not in render(profile, "script"), name
 
 
-def test_secret_values_never_reach_an_artifact() -> None:
-    """With secret_env set, no artifact holds a value, only the variable's name."""
+def test_secret_values_never_reach_an_artifact(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With secret_env set and the values in the environment, no artifact holds a value,
+    only the variables' names."""
     profile = VARIANTS["m3-secrets-host-network"]
+    for name, value in _secret_env(profile).items():
+        monkeypatch.setenv(name, value)
     for target in ("compose", "k8s", "script", "vllm", "docker"):
         text = render(profile, target)
-        assert "not-a-real" not in text
-    assert "HF_TOKEN" in render(profile, "k8s")
+        assert "not-a-real" not in text, target
+    for target in ("compose", "k8s", "script"):
+        assert "HF_TOKEN" in render(profile, target)
 
 
 @pytest.mark.parametrize(

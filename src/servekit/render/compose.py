@@ -103,8 +103,9 @@ def health_url(profile: Profile) -> str:
     """
     if profile.deploy.network != "host":
         return f"http://localhost:{CONTAINER_PORT}{HEALTH_PATH}"
-    host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(profile.deploy.bind_host)  # noqa: S104
-    host = host or profile.deploy.bind_host
+    # An engine bound to every interface is reached on loopback; nothing here binds.
+    loopback = {"0.0.0.0": "127.0.0.1", "::": "::1"}  # noqa: S104
+    host = loopback.get(profile.deploy.bind_host, profile.deploy.bind_host)
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"
     return f"http://{host}:{profile.deploy.port}{HEALTH_PATH}"
