@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -265,3 +266,29 @@ def test_script_passes_the_secret_to_the_engine_without_printing_it(tmp_path: Pa
     assert (tmp_path / "seen").read_text(encoding="utf-8") == SECRET_VALUE
     assert SECRET_VALUE not in result.stdout + result.stderr
     assert SECRET_VALUE not in text
+
+
+# Whole artifacts of the new fields, reviewed once (golden/fields/; SERVEKIT_UPDATE_GOLDEN=1
+# rewrites them). The built-ins' own golden files do not change with these fields.
+FIELD_GOLDEN_DIR = Path(__file__).parent / "golden" / "fields"
+FIELD_VARIANTS = {
+    "m3-secret-env-host-network": (M3, ["secret_env=[HF_TOKEN]", "deploy.network=host"]),
+    "bf16-secret-env": (BF16, ["secret_env=[HF_TOKEN]"]),
+    "tiny-llama-cpu": (CPU, []),
+}
+FIELD_GOLDENS = [
+    (variant, target)
+    for variant, (path, _) in FIELD_VARIANTS.items()
+    for target in ("compose", "k8s", "script")
+    if not (path == BF16 and target == "compose")
+]
+
+
+@pytest.mark.parametrize(("variant", "target"), FIELD_GOLDENS)
+def test_new_fields_render_as_their_golden_files(
+    variant: str, target: str, golden: Callable[[str, Path], None]
+) -> None:
+    """secret_env, host networking and a CPU host render byte-for-byte as reviewed."""
+    path, overrides = FIELD_VARIANTS[variant]
+    text = render(load_profile(path, overrides=overrides), target)
+    golden(text, FIELD_GOLDEN_DIR / f"{variant}.{target}.txt")
