@@ -281,13 +281,13 @@ def _lws_validators(crd_file: str) -> dict[str, jsonschema.protocols.Validator]:
     validators: dict[str, jsonschema.protocols.Validator] = {}
     for entry in crd["spec"]["versions"]:
         if entry.get("served"):
-            schema = _strict(copy.deepcopy(entry["schema"]["openAPIV3Schema"]))
+            schema = strict_schema(copy.deepcopy(entry["schema"]["openAPIV3Schema"]))
             validator_class = jsonschema.validators.validator_for(schema)
             validators[entry["name"]] = validator_class(schema)
     return validators
 
 
-def _strict(schema: Any) -> Any:
+def strict_schema(schema: Any) -> Any:
     """Forbid fields a schema does not declare, as strict field validation does.
 
     Objects that declare `additionalProperties` (maps) or
@@ -296,12 +296,12 @@ def _strict(schema: Any) -> Any:
     if not isinstance(schema, dict):
         return schema
     for sub in schema.get("properties", {}).values():
-        _strict(sub)
+        strict_schema(sub)
     for key in ("items", "additionalProperties", "not"):
-        _strict(schema.get(key))
+        strict_schema(schema.get(key))
     for key in ("allOf", "anyOf", "oneOf"):
         for sub in schema.get(key, []):
-            _strict(sub)
+            strict_schema(sub)
     open_ended = "additionalProperties" in schema or schema.get(
         "x-kubernetes-preserve-unknown-fields"
     )

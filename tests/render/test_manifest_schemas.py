@@ -9,6 +9,7 @@ fixtures fail each check, so the checks can fail. The helpers are `manifest_chec
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,9 +22,9 @@ from manifest_checks import (
     check_kubernetes_object,
     check_shell,
     read_documents,
-    require_tool,
     schema_version,
     skip_without_lws_crd,
+    strict_schema,
 )
 
 from servekit.errors import ConfigError
@@ -288,15 +289,47 @@ def test_broken_scripts_are_rejected_by_shellcheck(fixture: str, code: str) -> N
     assert f"[{code}]" in problem
 
 
-@pytest.mark.parametrize("tool", ["shellcheck", "docker-compose"])
+@pytest.mark.parametrize(
+    ("tool", "check"),
+    [
+        ("shellcheck", lambda: check_shell("#!/usr/bin/env bash\necho ok\n")),
+        ("docker-compose", lambda: check_compose("services: {}\n")),
+    ],
+)
 def test_a_missing_tool_fails_with_how_to_install_it(
-    tool: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    tool: str, check: Callable[[], list[str]], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """Without the tool on PATH the check fails (never skips), naming the bootstrap command."""
+    """Without the tool on PATH the check fails the test (never skips), naming the bootstrap
+    command and the Debian package."""
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(pytest.fail.Exception) as raised:
-        require_tool(tool)
+        check()
     message = str(raised.value)
     assert f"{tool} is not installed" in message
     assert "scripts/bootstrap --with-engine" in message
     assert f"apt-get install {tool}" in message
+
+
+def test_strict_crd_schemas_close_objects_but_not_maps() -> None:
+    """Undeclared fields are refused where a schema lists properties; maps
+    (additionalProperties) and preserve-unknown-fields objects stay open."""
+    schema = strict_schema(
+        {
+            "type": "object",
+            "properties": {
+                "spec": {"type": "object", "properties": {"size": {"type": "integer"}}},
+                "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                "raw": {
+                    "type": "object",
+                    "properties": {"a": {"type": "string"}},
+                    "x-kubernetes-preserve-unknown-fields": True,
+                },
+                "items": {"type": "array", "items": {"properties": {"b": {}}}},
+            },
+        }
+    )
+    assert schema["additionalProperties"] is False
+    assert schema["properties"]["spec"]["additionalProperties"] is False
+    assert schema["properties"]["labels"]["additionalProperties"] == {"type": "string"}
+    assert "additionalProperties" not in schema["properties"]["raw"]
+    assert schema["properties"]["items"]["items"]["additionalProperties"] is False
