@@ -16,7 +16,13 @@ from typing import Any
 
 from servekit.errors import ConfigError
 from servekit.profiles.schema import Profile
-from servekit.render._container import CONTAINER_PORT, HEALTH_PATH, image
+from servekit.render._container import (
+    CONTAINER_PORT,
+    HEALTH_PATH,
+    image,
+    resource_name,
+    uses_gpus,
+)
 from servekit.render.argv import environment
 
 SHM_MOUNT_PATH = "/dev/shm"  # noqa: S108 - the container's shared memory, not a temp file
@@ -29,6 +35,8 @@ _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 # Docker's size syntax (units.RAMInBytes), which profiles use for deploy.shm_size.
 _SIZE = re.compile(r"(\d+(?:\.\d+)?) ?([kmgtp]?)i?b?", re.IGNORECASE)
 _BINARY_UNITS = ("Pi", "Ti", "Gi", "Mi", "Ki")
+SECRET_SUFFIX = "-secrets"  # noqa: S105 - a name suffix, not a password
+"""The Secret holding a deployment's `secret_env` values is `<resource name>-secrets`."""
 
 
 def app_labels(name: str) -> dict[str, str]:
@@ -77,8 +85,12 @@ def engine_container(
         serves_http: the container runs the API server, so it gets the `http` port
             and the startup, readiness and liveness probes on `/health`.
 
+    Each `secret_env` variable comes from the key of its own name in the Secret
+    `secret_name`; its value is never in the manifest. On a CPU host (`uses_gpus`
+    false) the container requests no `nvidia.com/gpu`, which no node would offer.
+
     Raises:
-        ConfigError: deploy.shm_size is not a size.
+        ConfigError: deploy.shm_size is not a size, or the GPU is not in the catalog.
     """
     container: dict[str, Any] = {
         "name": name,
@@ -86,17 +98,50 @@ def engine_container(
         "command": list(command),
         "args": [escape(arg) for arg in args],
     }
-    env = environment(profile)
+    env: list[dict[str, Any]] = [
+        {"name": key, "value": escape(value)} for key, value in environment(profile).items()
+    ]
+    env += [
+        {"name": key, "valueFrom": {"secretKeyRef": {"name": secret_name(profile), "key": key}}}
+        for key in profile.secret_env
+    ]
     if env:
-        container["env"] = [{"name": key, "value": escape(value)} for key, value in env.items()]
+        container["env"] = env
     if serves_http:
         container["ports"] = [{"name": "http", "containerPort": CONTAINER_PORT, "protocol": "TCP"}]
-    # One pod holds one node's share: the whole engine on one node, one pipeline stage on several.
-    container["resources"] = {"limits": {"nvidia.com/gpu": profile.hardware.gpus_per_node}}
+    if uses_gpus(profile):
+        # One pod holds one node's share: the whole engine on one node, one pipeline stage
+        # on several.
+        container["resources"] = {"limits": {"nvidia.com/gpu": profile.hardware.gpus_per_node}}
     if serves_http:
         container |= health_probes(profile)
     container["volumeMounts"] = _volume_mounts(profile)
     return container
+
+
+def secret_name(profile: Profile) -> str:
+    """Return the name of the Secret the pods read `secret_env` from: `<resource name>-secrets`."""
+    return resource_name(profile) + SECRET_SUFFIX
+
+
+def secret_notes(profile: Profile) -> list[str]:
+    """Return header lines telling how to create the Secret, or none without `secret_env`.
+
+    The command reads each value from the user's own shell (`"$NAME"`), so neither
+    servekit nor the manifest ever holds it.
+
+    Raises:
+        ConfigError: deploy.namespace is not a DNS label.
+    """
+    if not profile.secret_env:
+        return []
+    literals = " ".join(f'--from-literal={key}="${key}"' for key in profile.secret_env)
+    return [
+        f"Secrets: {', '.join(profile.secret_env)} come from the Secret {secret_name(profile)}, "
+        "which servekit never writes; create it first, with the values from your shell:",
+        f"kubectl create secret generic {secret_name(profile)} --namespace {namespace(profile)} "
+        f"{literals}",
+    ]
 
 
 def health_probes(profile: Profile) -> dict[str, Any]:

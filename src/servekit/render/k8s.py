@@ -3,6 +3,8 @@
 A profile spanning several nodes renders as a LeaderWorkerSet instead (`lws.py`).
 Arguments are a YAML list (no shell). Kubernetes expands `$(VAR)` in `args` and
 env values, so each `$` there is written `$$`, which it turns back into `$`.
+Variables in `secret_env` come from a Secret the user creates (the header says
+how); the manifests hold only their names. On a CPU host no GPU is requested.
 The startup probe allows `deploy.startup_timeout_s` for loading (a 427B model
 takes ten minutes or more) before the liveness probe may restart the pod.
 """
@@ -23,6 +25,7 @@ from servekit.render._k8s_pod import (
     k8s_quantity,
     object_metadata,
     pod_volumes,
+    secret_notes,
     service_ports,
 )
 from servekit.render.argv import vllm_serve_args
@@ -90,4 +93,5 @@ def render_k8s(profile: Profile) -> str:
     body = yaml.safe_dump_all(
         k8s_documents(profile), sort_keys=False, explicit_start=True, width=1_000_000
     )
-    return "\n".join([*shell.comments(header_lines(profile)), body])
+    notes = [*header_lines(profile), *secret_notes(profile)]
+    return "\n".join([*shell.comments(notes), body])

@@ -26,6 +26,7 @@ from servekit.render._k8s_pod import (
     engine_container,
     object_metadata,
     pod_volumes,
+    secret_notes,
     service_ports,
 )
 from servekit.render._ray import head_start_words, join_ray_function, wait_for_gpus_function
@@ -115,6 +116,7 @@ def render_lws(profile: Profile) -> str:
         f"{hardware.gpus_per_node} GPUs each (tensor parallel inside a pod, one pipeline "
         "stage per pod), vLLM over Ray.",
         f"Needs the LeaderWorkerSet controller ({API_VERSION}) installed in the cluster.",
+        *secret_notes(profile),
     ]
     return "\n".join([*shell.comments(notes), body])
 
@@ -129,15 +131,15 @@ def leader_script(profile: Profile) -> str:
         ConfigError: the profile's flags cannot be rendered for several nodes.
     """
     want = f'"$((LWS_GROUP_SIZE * {profile.hardware.gpus_per_node}))"'
-    serve = shell.command_lines(
-        ["exec", "vllm", "serve", profile.model.path], vllm_serve_flags(profile)
-    )
+    head = ["exec", "vllm", "serve", profile.model.path]
+    groups = vllm_serve_flags(profile)
     lines = [
         "set -euo pipefail",
         *wait_for_gpus_function(profile),
         shell.quote_words(head_start_words()),
         f"wait_for_gpus {want}",
-        shell.continued(serve),
+        *shell.literal_values_directive([*head, *(word for group in groups for word in group)]),
+        shell.continued(shell.command_lines(head, groups)),
     ]
     return "\n".join(lines) + "\n"
 

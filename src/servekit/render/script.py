@@ -5,6 +5,10 @@ from the profile's deploy section: vLLM alone would listen on every interface,
 and `deploy.bind_host` exists to keep it on loopback unless the profile says so.
 A profile spanning several nodes gets a Ray launch script taking a role: `head`
 on one host, `worker HEAD_ADDRESS` on each of the others.
+
+A `secret_env` variable is never in a script: the script requires it in the
+environment it runs in (and stops, naming it, when it is unset or empty) and
+exports it to the engine without ever printing it.
 """
 
 from __future__ import annotations
@@ -42,18 +46,19 @@ def render_script(profile: Profile) -> str:
     """Return a bash script that launches the engine in the foreground with `exec`.
 
     The script stops at the first failing command (`set -euo pipefail`), exports the
-    profile's environment, and replaces itself with `vllm serve`, so signals from a
-    supervisor reach the engine. Paths are as the engine sees them; the header says
-    where they live on the host when the profile mounts a model directory. A profile
-    spanning several nodes gives `render_ray_script` instead.
+    profile's environment, requires each `secret_env` variable set, and replaces itself
+    with `vllm serve`, so signals from a supervisor reach the engine. Paths are as the
+    engine sees them; the header says where they live on the host when the profile
+    mounts a model directory. A profile spanning several nodes gives
+    `render_ray_script` instead.
 
     Raises:
         ConfigError: a multi-node profile's layout or flags cannot run over Ray.
     """
     if profile.hardware.nodes > 1:
         return render_ray_script(profile)
-    lines = _preamble(profile, _notes(profile))
-    lines.append(shell.continued(_serve_lines(profile)))
+    directive, serve = _serve_lines(profile)
+    lines = [*_preamble(profile, _notes(profile)), *directive, shell.continued(serve)]
     return "\n".join(lines) + "\n"
 
 
@@ -78,7 +83,11 @@ def render_ray_script(profile: Profile) -> str:
         f"workers reach the head on port {RAY_PORT}.",
     ]
     # Indent whole lines only: a quoted value may itself span lines.
-    serve = [_CASE_INDENT + line for line in _serve_lines(profile)]
+    directive, serve_lines = _serve_lines(profile)
+    serve = [
+        *(_CASE_INDENT + line for line in directive),
+        shell.continued([_CASE_INDENT + line for line in serve_lines]),
+    ]
     lines = [
         *_preamble(profile, notes),
         "usage() {",
@@ -95,7 +104,7 @@ def render_ray_script(profile: Profile) -> str:
         "    [[ $# -eq 1 ]] || usage",
         f"    {shell.quote_words(head_start_words())}",
         f"    wait_for_gpus {want_gpus}",
-        shell.continued(serve),
+        *serve,
         "    ;;",
         "  worker)",
         "    [[ $# -eq 2 && -n $2 ]] || usage",
@@ -121,17 +130,37 @@ def _notes(profile: Profile) -> list[str]:
 
 
 def _preamble(profile: Profile, notes: list[str]) -> list[str]:
-    """Return the shebang, header comments, strict mode and the profile's exports."""
+    """Return the shebang, header comments, strict mode, the profile's exports and the
+    checks that its secrets are set."""
     lines = ["#!/usr/bin/env bash", *shell.comments(notes), "set -euo pipefail", ""]
     env = environment(profile)
     if env:
-        lines += [f"export {shell.assignment(name, value)}" for name, value in env.items()]
+        for name, value in env.items():
+            lines += shell.literal_values_directive([value])
+            lines.append(f"export {shell.assignment(name, value)}")
+        lines.append("")
+    if profile.secret_env:
+        lines += [secret_check(name) for name in profile.secret_env]
+        lines.append(f"export {' '.join(profile.secret_env)}")
         lines.append("")
     return lines
 
 
-def _serve_lines(profile: Profile) -> list[str]:
-    return shell.command_lines(
-        ["exec", "vllm", "serve", profile.model.path],
-        [*host_flags(profile), *vllm_serve_flags(profile)],
-    )
+def secret_check(name: str) -> str:
+    """Return the bash line that stops the script when the secret variable `name` is unset
+    or empty; bash's message names the variable, never a value.
+
+    Example:
+        `secret_check("HF_TOKEN")` is
+        `: "${HF_TOKEN:?is not set; export HF_TOKEN (secret_env) before running this script}"`.
+    """
+    return f': "${{{name}:?is not set; export {name} (secret_env) before running this script}}"'
+
+
+def _serve_lines(profile: Profile) -> tuple[list[str], list[str]]:
+    """Return the shellcheck directive the `exec vllm serve` command needs (if any) and
+    the command's lines, one per flag group, not yet joined."""
+    head = ["exec", "vllm", "serve", profile.model.path]
+    groups = [*host_flags(profile), *vllm_serve_flags(profile)]
+    directive = shell.literal_values_directive([*head, *(w for g in groups for w in g)])
+    return directive, shell.command_lines(head, groups)

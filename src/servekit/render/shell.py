@@ -15,6 +15,11 @@ from servekit.render._container import one_line
 INDENT = "  "
 """Indent of continuation lines."""
 
+# shellcheck's notes on single-quoted text that looks like an expansion (SC2016) or an
+# escaped quote (SC1003), with the characters that draw them. A profile value is quoted
+# so that it stays literal, which is what these notes ask about.
+_LITERAL_NOTES = {"SC2016": ("$", "`"), "SC1003": ("\\",)}
+
 
 def quote_words(words: Iterable[str]) -> str:
     """Return words as one line of shell, each quoted only when it needs it.
@@ -43,6 +48,29 @@ def command_lines(head: Sequence[str], groups: Iterable[Sequence[str]]) -> list[
 def assignment(name: str, value: str) -> str:
     """Return `NAME=value` with the value quoted; the name must already be a valid name."""
     return f"{name}={shlex.quote(value)}"
+
+
+def literal_values_directive(words: Iterable[str]) -> list[str]:
+    """Return the shellcheck directive for a command whose quoted values look like shell.
+
+    A value such as `$(id)` or `a \\` is single-quoted so that it reaches the program
+    as written; shellcheck notes such text in case an expansion was meant. The directive
+    (one comment line, for the next command only) names just the notes the words draw;
+    words that draw none give no line.
+
+    Example:
+        `literal_values_directive(["--served-model-name", "a$b"])` is
+        `["# shellcheck disable=SC2016 # quoted profile values are literal"]`.
+    """
+    values = list(words)
+    codes = [
+        code
+        for code, chars in _LITERAL_NOTES.items()
+        if any(char in value for value in values for char in chars)
+    ]
+    if not codes:
+        return []
+    return [f"# shellcheck disable={','.join(sorted(codes))} # quoted profile values are literal"]
 
 
 def comments(lines: Iterable[str]) -> list[str]:
