@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -140,16 +139,13 @@ def test_patched_image_is_built_labelled_and_runs(
     profile = write_profile(
         tmp_path, patches=[("topk-layout", "topk-layout.diff"), ("patch-note", note_url)]
     )
-    started = time.monotonic()
     result = servekit(docker_daemon, "image", "build", str(profile), cwd=tmp_path)
-    elapsed_s = time.monotonic() - started
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1] == f"built {TAG}"
     assert "servekit: applied patch topk-layout" in result.stderr
     assert "dropped (not in the installed package): tests/kernels/test_topk_layout.py" in (
         result.stdout
     )
-    assert elapsed_s < 120
 
     inspected = json.loads(docker_daemon.cli("image", "inspect", TAG))[0]
     base = json.loads(docker_daemon.cli("image", "inspect", VLLM_BASE))[0]
