@@ -3,8 +3,8 @@
 A vLLM-like base image (the tier's base plus the small `vllm/` tree of
 `data/image-build/site`, on its PYTHONPATH) is patched with the diffs of
 `data/image-build/` by servekit run as a subprocess, as a user runs it. Each test
-removes the images and containers it made, and checks that nothing else in the
-daemon changed.
+removes the images and containers it made; the failure tests check that the daemon's
+other images and containers are untouched and that no image got the tag.
 """
 
 from __future__ import annotations
@@ -110,9 +110,11 @@ def write_profile(directory: Path, *, patches: list[tuple[str, str]], image: str
     return path
 
 
-def servekit(daemon: Daemon, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """Run this checkout's servekit as a user would, against the private daemon."""
-    env = daemon.env(PYTHONPATH=str(ROOT / "src"))
+def servekit(daemon: Daemon, *args: str, cwd: Path, **env_extra: str
+             ) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    """Run this checkout's servekit as a user would, against the private daemon; its
+    temporary build context goes under `cwd` (a failed build keeps it)."""
+    env = daemon.env(PYTHONPATH=str(ROOT / "src"), TMPDIR=str(cwd), **env_extra)
     env.pop("DOCKER_BUILDKIT", None)
     return subprocess.run(
         [str(ROOT / ".venv" / "bin" / "python"), "-m", "servekit", *args],
@@ -142,7 +144,11 @@ def test_patched_image_is_built_labelled_and_runs(
     result = servekit(docker_daemon, "image", "build", str(profile), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1] == f"built {TAG}"
+    assert not list(tmp_path.glob("servekit-image-*"))  # the built context is removed
     assert "servekit: applied patch topk-layout" in result.stderr
+    # The legacy builder's notice (docker without buildx) is one line, if it is there at all.
+    assert "DEPRECATED" not in result.stderr
+    assert result.stderr.count("legacy builder") <= 1
     assert "dropped (not in the installed package): tests/kernels/test_topk_layout.py" in (
         result.stdout
     )
@@ -197,7 +203,9 @@ def test_patch_that_does_not_apply_stops_the_build_naming_it(
         "package in /opt/vllm-site"
     )
     assert result.stderr.splitlines()[-1] == errors[0]
-    assert "build context kept in" in errors[0]
+    kept = Path(errors[0].split("build context kept in ")[1].split(")")[0])
+    assert kept.parent == tmp_path
+    assert (kept / "patches" / "02-stale-context.diff").is_file()
     after = snapshot(docker_daemon)
     assert TAG not in after.tags
     assert after.containers == tidy.containers  # the failed step's container is removed
@@ -264,3 +272,22 @@ def test_already_patched_image_is_refused_naming_the_patch(
     errors = error_lines(result.stderr)
     assert len(errors) == 1, result.stderr
     assert "patch topk-layout (topk-layout.diff) is already applied" in errors[0]
+
+
+def test_unreachable_daemon_is_one_line_quoting_docker(
+    docker_daemon: Daemon, tidy: Snapshot, tmp_path: Path
+) -> None:
+    """DOCKER_HOST naming no daemon: one error line with docker's reason, exit 1."""
+    copy_patches(tmp_path, "topk-layout.diff")
+    profile = write_profile(tmp_path, patches=[("topk-layout", "topk-layout.diff")])
+    nowhere = f"unix://{tmp_path / 'no-daemon.sock'}"
+    result = servekit(docker_daemon, "image", "build", str(profile), cwd=tmp_path,
+                      DOCKER_HOST=nowhere)  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    errors = error_lines(result.stderr)
+    assert len(errors) == 1, result.stderr
+    assert errors[0].startswith(
+        "servekit: error: docker build exited with code 1: Cannot connect to the Docker daemon "
+        f"at {nowhere}"
+    )
+    assert snapshot(docker_daemon) == tidy
