@@ -4,7 +4,8 @@
 downloads each patch, makes the plan (`servekit.render.image`) and writes the
 context directory. `run_docker_build` runs that command with an argument list,
 never through a shell, and hands each line of docker's output to a callback as
-it arrives.
+it arrives; a failed build becomes one error saying why (`BuildOutput`): the
+apply script's reason, a base image that is not there, or docker's last line.
 """
 
 from __future__ import annotations
