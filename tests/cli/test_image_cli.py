@@ -23,10 +23,15 @@ TAG = "vllm/vllm-openai:v0.25.1-m3patch"
 PROFILE = "my-m3-patched"
 
 FAKE_DOCKER = """#!/bin/sh
+if [ "$1" = image ] && [ "$2" = inspect ]; then
+  if [ -n "${FAKE_DOCKER_NO_IMAGE:-}" ]; then echo "Error: No such image: $5" >&2; exit 1; fi
+  echo sha256:0123; exit 0
+fi
 printf '%s\\n' "$@" > "$FAKE_DOCKER_LOG"
 for last; do :; done
 cp "$last/Dockerfile" "$FAKE_DOCKER_LOG.Dockerfile"
 echo "#1 fake docker: building"
+printf '%b' "${FAKE_DOCKER_OUTPUT:-}" >&2
 exit "${FAKE_DOCKER_EXIT:-0}"
 """
 
@@ -82,7 +87,7 @@ def test_dry_run_writes_context_prints_dockerfile_and_never_calls_docker(
     code, out, err = run("image", "build", f"{PROFILE}.yaml", "--dry-run", "--context", "ctx")
     assert code == 0, err
     assert not docker_log.exists()
-    assert f"docker build --tag {TAG} {context}" in out
+    assert f"docker build --force-rm --tag {TAG} {context}" in out
     assert "FROM vllm/vllm-openai:v0.25.1\n" in out
     assert "tests/kernels/attention/test_minimax_m3_topk.py" in out  # reported as dropped
     assert (context / "Dockerfile").read_text(encoding="utf-8") in out
@@ -101,6 +106,7 @@ def test_build_calls_docker_build_with_tag_context_and_labels(
     assert code == 0, err
     assert docker_log.read_text(encoding="utf-8").splitlines() == [
         "build",
+        "--force-rm",
         "--tag",
         TAG,
         str(context),
@@ -121,7 +127,7 @@ def test_json_build_in_a_temporary_context_removes_it(workdir: Path, docker_log:
     doc = json.loads(out)
     assert doc["built"] is True
     assert doc["context_kept"] is False
-    assert doc["command"] == ["docker", "build", "--tag", TAG, doc["context"]]
+    assert doc["command"] == ["docker", "build", "--force-rm", "--tag", TAG, doc["context"]]
     assert doc["patches"][0]["dropped"] == [
         "docs/models/supported_models.md",
         "tests/kernels/attention/test_minimax_m3_topk.py",
@@ -137,10 +143,57 @@ def test_failed_docker_build_reports_exit_code_and_keeps_context(
     monkeypatch.setenv("FAKE_DOCKER_EXIT", "7")
     code, _, err = run("image", "build", f"{PROFILE}.yaml")
     assert code == 1
-    assert "docker build exited with code 7" in err
+    assert "docker build exited with code 7: #1 fake docker: building (build context" in err
     kept = err.split("build context kept in ")[1].split(")")[0]
     assert (Path(kept) / "Dockerfile").is_file()
     shutil.rmtree(kept)
+
+
+def test_patch_that_does_not_apply_is_the_one_error_line(
+    workdir: Path, docker_log: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The apply script's reason (even behind BuildKit's step prefix) is the error line, with
+    its fix; the legacy builder's several-line deprecation notice is shown as one line."""
+    monkeypatch.setenv("FAKE_DOCKER_EXIT", "1")
+    monkeypatch.setenv(
+        "FAKE_DOCKER_OUTPUT",
+        "DEPRECATED: The legacy builder is deprecated and will be removed in a future "
+        "release.\\n            Install the buildx component to build images with BuildKit:"
+        "\\n            https://docs.docker.com/go/buildx/\\n\\n"
+        "#8 0.31 servekit: build failed: patch vllm-pr-49149 (x.diff) does not apply\\n"
+        "#8 0.31 servekit: build fix: use the patch made for this image's vLLM version\\n"
+        "ERROR: failed to solve: process did not complete successfully: exit code: 1\\n",
+    )
+    code, _, err = run("image", "build", f"{PROFILE}.yaml", "--context", "ctx")
+    assert code == 1
+    lines = err.splitlines()
+    assert lines[-1] == (
+        "servekit: error: patch vllm-pr-49149 (x.diff) does not apply (build context kept in "
+        f"{workdir / 'ctx'}); use the patch made for this image's vLLM version"
+    )
+    assert [line for line in lines if "legacy builder" in line] == [
+        "docker: the legacy builder is deprecated; install the buildx component to build "
+        "with BuildKit"
+    ]
+    assert not [line for line in lines if "buildx/" in line or not line.strip()]
+
+
+def test_base_image_that_is_not_here_is_named(
+    workdir: Path, docker_log: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failed build whose base image the daemon does not have says so, quoting docker."""
+    monkeypatch.setenv("FAKE_DOCKER_EXIT", "1")
+    monkeypatch.setenv("FAKE_DOCKER_NO_IMAGE", "1")
+    monkeypatch.setenv(
+        "FAKE_DOCKER_OUTPUT", "Error response from daemon: pull access denied for vllm\\n"
+    )
+    code, _, err = run("image", "build", f"{PROFILE}.yaml", "--context", "ctx")
+    assert code == 1
+    assert err.splitlines()[-1].startswith(
+        "servekit: error: base image vllm/vllm-openai:v0.25.1 is not on this machine and "
+        "could not be pulled: pull access denied for vllm (build context kept in "
+    )
+    assert "docker pull vllm/vllm-openai:v0.25.1" in err
 
 
 def test_missing_docker_is_a_clear_error(

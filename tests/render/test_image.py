@@ -212,11 +212,13 @@ def test_context_holds_filtered_patches_and_manifest() -> None:
 
 
 def test_docker_build_argv_tags_the_patched_image() -> None:
-    """docker build is an argument list: the profile's patched tag, then the context."""
+    """docker build is an argument list: no container left by a failed step, the profile's
+    patched tag, then the context."""
     plan = _patched_profile_plan(_diff("pr-python-only.diff"))
     assert docker_build_argv(plan, "/ctx dir") == [
         "docker",
         "build",
+        "--force-rm",
         "--tag",
         "vllm/vllm-openai:v0.25.1-m3patch",
         "/ctx dir",
@@ -282,7 +284,14 @@ def test_apply_script_refuses_a_patch_that_does_not_apply(tmp_path: Path) -> Non
     context = _write_context(_patched_profile_plan(_diff("pr-python-only.diff")), tmp_path)
     result = _run_apply("bash", context, site)
     assert result.returncode != 0
-    assert f"patch {PR_NAME} does not apply" in result.stderr
+    assert (
+        f"servekit: build failed: patch {PR_NAME} (https://github.com/vllm-project/vllm/pull/"
+        f"49149.diff) does not apply to the vllm package in {site} "
+        "(vllm/model_executor/models/minimax_m3.py); it was made for another vLLM version\n"
+    ) in result.stderr
+    assert "servekit: build fix: use the patch made for this image's vLLM version" in (
+        result.stderr
+    )
     assert _snapshot(site) == before
 
 
@@ -294,7 +303,8 @@ def test_apply_script_refuses_an_already_applied_patch(tmp_path: Path) -> None:
     patched = _snapshot(site)
     again = _run_apply("bash", context, site)
     assert again.returncode != 0
-    assert PR_NAME in again.stderr
+    assert f"servekit: build failed: patch {PR_NAME} (" in again.stderr
+    assert ") is already applied to the vllm package in " in again.stderr
     assert _snapshot(site) == patched
 
 
@@ -317,7 +327,11 @@ def test_apply_script_without_patch_or_apt_get_fails_clearly(tmp_path: Path) -> 
     bare.mkdir()
     result = _run_apply_env(context, {"PATH": str(bare)})
     assert result.returncode == 1
-    assert "no 'patch' and no apt-get" in result.stderr
+    assert result.stderr.splitlines()[-2:] == [
+        "servekit: build failed: the base image has no 'patch' program and no apt-get to "
+        "install it",
+        "servekit: build fix: use a base image with GNU patch installed",
+    ]
 
 
 def _run_apply_env(context: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -4,7 +4,8 @@
 downloads each patch, makes the plan (`servekit.render.image`) and writes the
 context directory. `run_docker_build` runs that command with an argument list,
 never through a shell, and hands each line of docker's output to a callback as
-it arrives.
+it arrives; a failed build becomes one error saying why (`BuildOutput`): the
+apply script's reason, a base image that is not there, or docker's last line.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from servekit.errors import ConfigError, Interrupted, ServekitError
 from servekit.profiles.schema import Profile
 from servekit.render.image import (
     DOCKERFILE,
+    FAILED_PREFIX,
+    FIX_PREFIX,
     ImagePlan,
     check_buildable,
     context_files,
@@ -40,6 +43,9 @@ DOWNLOAD_TIMEOUT_S = 30.0
 
 MAX_PATCH_BYTES = 32 * 2**20
 """The largest patch accepted (a pull request's diff is rarely over a few hundred KiB)."""
+
+INSPECT_TIMEOUT_S = 30.0
+"""Seconds `docker image inspect` of the base image may take after a failed build."""
 
 CONTEXT_MARKER = ".servekit-image-context"
 """File that marks a directory as a servekit build context, safe to rewrite."""
@@ -190,11 +196,13 @@ def build_image(prepared: PreparedBuild, *, on_output: Callable[[str], None]) ->
     Dockerfile and patches can be inspected.
 
     Raises:
-        ServekitError: docker is not installed, or the build exited non-zero.
+        ServekitError: docker is not installed, or the build failed; the message is
+            the reason (the patch that does not apply, the missing base image, or
+            docker's last error line).
         Interrupted: the user pressed Ctrl-C; docker was stopped.
     """
     try:
-        run_docker_build(prepared.argv, on_output=on_output)
+        run_docker_build(prepared.argv, on_output=on_output, base_image=prepared.plan.base_image)
     except ServekitError as exc:
         raise type(exc)(
             f"{exc.message} (build context kept in {prepared.context_dir})", fix=exc.fix
@@ -203,11 +211,82 @@ def build_image(prepared: PreparedBuild, *, on_output: Callable[[str], None]) ->
         shutil.rmtree(prepared.context_dir, ignore_errors=True)
 
 
-def run_docker_build(argv: Sequence[str], *, on_output: Callable[[str], None]) -> None:
+class BuildOutput:
+    """Reads `docker build`'s output line by line: what to show and why a build failed.
+
+    It remembers the apply script's `servekit: build failed:` and `build fix:` lines
+    (found anywhere in a line, as BuildKit prefixes step numbers) and docker's last
+    line, and folds the legacy builder's several-line deprecation notice into one line.
+    """
+
+    def __init__(self) -> None:
+        self.reason: str | None = None
+        self.fix: str | None = None
+        self.last_line: str | None = None
+        self._in_notice = False
+
+    def feed(self, line: str) -> str | None:
+        """Take one line of output (without its newline); return the line to show, or None."""
+        if self._in_notice:
+            if line.startswith(" ") and line.strip():
+                return None  # the notice's indented continuation lines
+            self._in_notice = False
+            if not line.strip():
+                return None
+        if line.startswith(_LEGACY_NOTICE):
+            self._in_notice = True
+            return LEGACY_BUILDER_NOTE
+        if (at := line.find(FAILED_PREFIX)) >= 0:
+            self.reason = line[at + len(FAILED_PREFIX) :].strip()
+        elif (at := line.find(FIX_PREFIX)) >= 0:
+            self.fix = line[at + len(FIX_PREFIX) :].strip()
+        if line.strip():
+            self.last_line = line.strip()
+        return line
+
+    def failure(self, returncode: int, *, base_image_missing: bool, base_image: str | None
+                ) -> ServekitError:  # fmt: skip
+        """Return the error of a build that exited with `returncode`."""
+        said = _docker_said(self.last_line)
+        if self.reason is not None:
+            return ServekitError(self.reason, fix=self.fix)
+        if base_image_missing and base_image is not None:
+            return ServekitError(
+                f"base image {base_image} is not on this machine and could not be pulled"
+                + (f": {said}" if said else ""),
+                fix=f"pull or load it first (docker pull {base_image}, or docker load), or "
+                "set engine.image to an image this machine has",
+            )
+        return ServekitError(
+            f"docker build exited with code {returncode}" + (f": {said}" if said else ""),
+            fix="read docker's output above",
+        )
+
+
+LEGACY_BUILDER_NOTE = (
+    "docker: the legacy builder is deprecated; install the buildx component to build with BuildKit"
+)
+"""The one line shown for the docker CLI's several-line notice about its legacy builder."""
+
+_LEGACY_NOTICE = "DEPRECATED: The legacy builder is deprecated"
+_DAEMON_PREFIX = "Error response from daemon: "
+
+
+def run_docker_build(
+    argv: Sequence[str], *, on_output: Callable[[str], None], base_image: str | None = None
+) -> None:
     """Run `docker build`, passing each line of its output (stdout and stderr) to on_output.
 
+    Args:
+        argv: the `docker build` command.
+        on_output: called with each line to show (the legacy builder's deprecation
+            notice is folded into one line).
+        base_image: the FROM image; when the build fails and it is not in the local
+            image store, the error says so.
+
     Raises:
-        ServekitError: docker is not installed, or the build exited non-zero.
+        ServekitError: docker is not installed, or the build exited non-zero (see
+            `BuildOutput.failure`).
         Interrupted: the user pressed Ctrl-C; docker was stopped.
     """
     if shutil.which(argv[0]) is None:
@@ -216,6 +295,7 @@ def run_docker_build(argv: Sequence[str], *, on_output: Callable[[str], None]) -
             fix="install the docker CLI, or run with --dry-run and build the written "
             "context on a machine that has docker",
         )
+    output = BuildOutput()
     try:
         process = subprocess.Popen(
             list(argv),
@@ -233,7 +313,8 @@ def run_docker_build(argv: Sequence[str], *, on_output: Callable[[str], None]) -
         assert process.stdout is not None  # stdout=PIPE
         try:
             for line in process.stdout:
-                on_output(line.rstrip("\n"))
+                if (shown := output.feed(line.rstrip("\n"))) is not None:
+                    on_output(shown)
         except KeyboardInterrupt:
             process.terminate()
             process.wait()
@@ -242,10 +323,31 @@ def run_docker_build(argv: Sequence[str], *, on_output: Callable[[str], None]) -
                 fix="run servekit image build again; docker reuses its cached layers",
             ) from None
     if process.returncode != 0:
-        raise ServekitError(
-            f"docker build exited with code {process.returncode}",
-            fix="read docker's output above; a patch that does not apply is named there",
+        missing = (
+            output.reason is None and base_image is not None and _image_missing(argv[0], base_image)
         )
+        raise output.failure(process.returncode, base_image_missing=missing, base_image=base_image)
+
+
+def _image_missing(docker: str, image: str) -> bool:
+    """True when the daemon answers that it has no image `image` (not when it is down)."""
+    try:
+        result = subprocess.run(
+            [docker, "image", "inspect", "--format", "{{.Id}}", image],
+            capture_output=True,
+            text=True,
+            timeout=INSPECT_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return result.returncode != 0 and "no such image" in result.stderr.lower()
+
+
+def _docker_said(line: str | None) -> str:
+    if line is None:
+        return ""
+    return line.removeprefix(_DAEMON_PREFIX).strip()
 
 
 def _local_path(url: str, cwd: Path) -> Path:

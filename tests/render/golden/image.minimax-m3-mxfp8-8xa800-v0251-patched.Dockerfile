@@ -2,10 +2,9 @@
 # vllm/vllm-openai:v0.25.1-m3patch is vllm/vllm-openai:v0.25.1 with these patches applied to its installed vllm:
 # vllm-pr-49149: https://github.com/vllm-project/vllm/pull/49149.diff
 FROM vllm/vllm-openai:v0.25.1
-SHELL ["/bin/sh", "-eu", "-c"]
 COPY patches/ /opt/servekit/patches/
 COPY apply-patches.sh /opt/servekit/apply-patches.sh
-RUN sh /opt/servekit/apply-patches.sh /opt/servekit/patches
+RUN ["/bin/sh", "/opt/servekit/apply-patches.sh", "/opt/servekit/patches"]
 LABEL io.servekit.patches="vllm-pr-49149" \
       io.servekit.profile="minimax-m3-mxfp8-8xa800-v0251-patched" \
       io.servekit.base-image="vllm/vllm-openai:v0.25.1" \
