@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -122,12 +123,14 @@ def start_daemon() -> Daemon:
     root = Path(tempfile.mkdtemp(prefix="sk-docker-", dir="/tmp"))
     (root / "daemon.json").write_text("{}\n", encoding="utf-8")
     host = f"unix://{root}/docker.sock"
+    # containerd namespaces take letters, digits, '-' and '.', and mkdtemp's names hold '_'.
+    namespace = f"sk-docker-{secrets.token_hex(6)}"
     argv = [
         dockerd, "--host", host, "--data-root", str(root / "data"),
         "--exec-root", str(root / "exec"), "--pidfile", str(root / "docker.pid"),
         "--config-file", str(root / "daemon.json"),
-        "--containerd-namespace", f"sk-{root.name}",
-        "--containerd-plugins-namespace", f"sk-{root.name}-plugins",
+        "--containerd-namespace", namespace,
+        "--containerd-plugins-namespace", f"{namespace}-plugins",
         "--iptables=false", "--ip-forward=false", "--ip-masq=false", "--bridge=none",
     ]  # fmt: skip
     with (root / "dockerd.log").open("wb") as log:
