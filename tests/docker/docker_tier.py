@@ -22,6 +22,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -221,7 +222,7 @@ def build_base_image(daemon: Daemon, tag: str, work: Path) -> str:
     _run(["debootstrap", "--variant=minbase", "--include=python3,patch", DEBIAN_SUITE,
           str(rootfs), DEBIAN_MIRROR], what="debootstrap", timeout_s=600)  # fmt: skip
     lib = rootfs / "opt" / "servekit" / "lib"
-    _run([str(ROOT / ".venv" / "bin" / "python"), "-m", "pip", "install", "--quiet",
+    _run([sys.executable, "-m", "pip", "install", "--quiet",
           "--disable-pip-version-check", "--no-compile", "--target", str(lib), str(ROOT)],
          what="pip install servekit into the image", timeout_s=900)  # fmt: skip
     shutil.copy(STANDIN, rootfs / ENGINE_ENTRYPOINT.lstrip("/"))
