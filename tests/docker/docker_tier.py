@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -123,12 +124,15 @@ def start_daemon() -> Daemon:
     root = Path(tempfile.mkdtemp(prefix="sk-docker-", dir="/tmp"))
     (root / "daemon.json").write_text("{}\n", encoding="utf-8")
     host = f"unix://{root}/docker.sock"
+    # containerd wants alphanumeric runs joined by single separators; mkdtemp's suffix may
+    # hold "_" next to "-" (e.g. "sk-docker-_8k2"), which it refuses at the first run.
+    namespace = "sk-" + re.sub(r"[^A-Za-z0-9]", "", root.name)
     argv = [
         dockerd, "--host", host, "--data-root", str(root / "data"),
         "--exec-root", str(root / "exec"), "--pidfile", str(root / "docker.pid"),
         "--config-file", str(root / "daemon.json"),
-        "--containerd-namespace", f"sk-{root.name}",
-        "--containerd-plugins-namespace", f"sk-{root.name}-plugins",
+        "--containerd-namespace", namespace,
+        "--containerd-plugins-namespace", f"{namespace}-plugins",
         "--iptables=false", "--ip-forward=false", "--ip-masq=false", "--bridge=none",
     ]  # fmt: skip
     with (root / "dockerd.log").open("wb") as log:

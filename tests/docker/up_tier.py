@@ -89,6 +89,8 @@ class Deployment:
         document["engine"]["image"] = self.image
         document["env"] = dict(self.env)
         document["secret_env"] = list(self.secret_env)
+        # validate calls tools: the engine needs a tool parser, as vLLM does
+        document["serve_args"].update(tool_call_parser="llama3_json", enable_auto_tool_choice=True)
         document["deploy"].update(
             network="host", port=self.port, bind_host="127.0.0.1",
             host_model_dir=str(self.models), container_model_dir="/models",

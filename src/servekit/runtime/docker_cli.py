@@ -7,6 +7,7 @@ the CLI and not the SDK.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -19,6 +20,7 @@ DOCKER_TIMEOUT_S = 60
 
 _GONE = ("No such container", "No such object")
 _CONFLICT = "is already in use by container"
+_HINT = re.compile(r"(?:Run|See) '[^']*--help'.*")
 
 
 def docker_cli() -> str:
@@ -61,8 +63,11 @@ def docker(
 
 
 def last_line(result: subprocess.CompletedProcess[str]) -> str:
-    """Docker's last stderr line, or the exit code when it printed nothing."""
+    """Docker's last stderr line that says something, or the exit code when it printed
+    nothing. The CLI's closing hint (`Run 'docker run --help' for more information`)
+    is skipped: the error is the line before it."""
     lines = [line.strip() for line in result.stderr.splitlines() if line.strip()]
+    lines = [line for line in lines if not _HINT.fullmatch(line)] or lines
     return lines[-1] if lines else f"exit code {result.returncode}"
 
 
