@@ -6,7 +6,11 @@ Two runtimes:
   the container view to the host through `deploy.host_model_dir`.
 - `docker`: `docker run -d` with the rendered options (environment values handed over
   through docker's own environment, never on the command line), after pulling the image
-  when it is missing.
+  when it is missing. A container of the deployment's name that `up` did not start is
+  refused, never replaced.
+
+Both runtimes take `secret_env` values from the environment `up` runs in and refuse to
+start without them; only their names are recorded.
 
 What was started is recorded by `runtime.state`; `runtime.control` checks and stops it,
 `runtime.follow` follows it to readiness (ADR 0006).
