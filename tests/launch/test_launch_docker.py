@@ -135,6 +135,8 @@ def test_container_that_exits_during_startup_fails_with_its_known_issue(
     up = _up(launch_env, name, "--timeout", "30")
     assert up.returncode == 1
     assert "container crashing has exited (exit code 1)" in up.stderr
+    assert "; its log ends with: " in up.stderr  # the crash's last error line, quoted
+    assert len(up.stderr.strip().splitlines()) == 1
     assert "known issue m3-topk-layout-triton" in up.stdout
     assert read_state(launch_env.state_dir, name) is not None
     down = launch_env.servekit("down", name)
