@@ -172,7 +172,10 @@ def test_a_container_that_never_becomes_healthy_times_out(deployment: MakeDeploy
     up = dep.servekit("up", str(dep.profile_path), "--runtime", "docker", "--timeout", "10")
     assert up.returncode == 1, up.stdout + up.stderr
     line = one_error_line(up)
-    assert "stuck did not become ready: not ready after 10 s during 'loading weights'" in line
+    assert "stuck did not become ready: not ready after 10 s during '" in line
+    # the stand-in logs the start of loading within a few seconds; a very busy machine may
+    # not have got the container's Python that far in 10 s
+    assert "during 'loading weights'" in line or "during 'starting the engine'" in line
     ident = json.loads(dep.state_file().read_text())["container_id"]
     assert dep.inspect(ident)["State"]["Running"] is True
     down = dep.servekit("down", "stuck", "--grace", "5")
