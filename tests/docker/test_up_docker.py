@@ -30,8 +30,14 @@ def deployment(docker_daemon: Daemon, base_image: str, tmp_path: Path) -> Iterat
     a failing test does not leave work for the next one."""
     before = set(docker_daemon.containers())
 
-    def make(name: str, **options: object) -> Deployment:
-        return Deployment(docker_daemon, base_image, tmp_path, name, **options).write()  # type: ignore[arg-type]
+    def make(
+        name: str, *, env: dict[str, str] | None = None, secret_env: list[str] | None = None,
+        with_model: bool = True,
+    ) -> Deployment:  # fmt: skip
+        return Deployment(
+            docker_daemon, base_image, tmp_path, name, env=env or {},
+            secret_env=secret_env or [], with_model=with_model,
+        ).write()  # fmt: skip
 
     yield make
     left = [ident for ident in docker_daemon.containers() if ident not in before]
