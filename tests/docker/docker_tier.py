@@ -23,6 +23,7 @@ import secrets
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -224,7 +225,7 @@ def build_base_image(daemon: Daemon, tag: str, work: Path) -> str:
     _run(["debootstrap", "--variant=minbase", "--include=python3,patch", DEBIAN_SUITE,
           str(rootfs), DEBIAN_MIRROR], what="debootstrap", timeout_s=600)  # fmt: skip
     lib = rootfs / "opt" / "servekit" / "lib"
-    _run([str(ROOT / ".venv" / "bin" / "python"), "-m", "pip", "install", "--quiet",
+    _run([sys.executable, "-m", "pip", "install", "--quiet",
           "--disable-pip-version-check", "--no-compile", "--target", str(lib), str(ROOT)],
          what="pip install servekit into the image", timeout_s=900)  # fmt: skip
     shutil.copy(STANDIN, rootfs / ENGINE_ENTRYPOINT.lstrip("/"))
@@ -243,6 +244,52 @@ def build_base_image(daemon: Daemon, tag: str, work: Path) -> str:
         raise DockerTierError(f"docker import failed: {imported.stderr.strip()}")
     shutil.rmtree(rootfs, ignore_errors=True)
     return tag
+
+
+def build_sleeper_image(daemon: Daemon, tag: str, work: Path) -> str:
+    """Build a tiny image (the host's `sh` and `sleep` with their libraries) whose
+    entrypoint ignores its arguments and sleeps for ten minutes; returns `tag`.
+
+    It stands in for an engine container where only its being there matters (a daemon
+    stopped under it), in seconds where copying the base image to another daemon takes
+    a minute.
+
+    Raises:
+        DockerTierError: a tool is missing or `docker import` failed.
+    """
+    rootfs = work / "sleeper-rootfs"
+    for tool in ("sh", "sleep"):
+        binary = Path(require(tool)).resolve()
+        for path in [binary, *_shared_libraries(binary)]:
+            target = rootfs / path.relative_to("/")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
+        (rootfs / "bin").mkdir(parents=True, exist_ok=True)
+        link = rootfs / "bin" / tool
+        if not link.exists():
+            link.symlink_to(binary)
+    with subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE) as tar:
+        imported = subprocess.run(
+            ["docker", "import", "--change", 'ENTRYPOINT ["/bin/sh", "-c", "exec sleep 600"]',
+             "-", tag],
+            stdin=tar.stdout, capture_output=True, text=True, env=daemon.env(), check=False,
+            timeout=120,
+        )  # fmt: skip
+    shutil.rmtree(rootfs, ignore_errors=True)
+    if imported.returncode != 0:
+        raise DockerTierError(f"docker import failed: {imported.stderr.strip()}")
+    return tag
+
+
+def _shared_libraries(binary: Path) -> list[Path]:
+    """The shared libraries (and loader) a host binary needs, from `ldd`."""
+    out = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, check=False)
+    found = []
+    for line in out.stdout.splitlines():
+        words = [word for word in line.split() if word.startswith("/")]
+        if words:
+            found.append(Path(words[0]))
+    return found
 
 
 def _run(argv: list[str], *, what: str, timeout_s: float) -> None:

@@ -3,12 +3,13 @@
 
 Each call appends its argv (JSON) to $FAKE_DOCKER_CALLS. `run -d` prints a container
 id and marks the container running; `inspect` answers "true 0" while it runs, else
-"false <code>"; `logs [-f]` prints $FAKE_DOCKER_LOG, then touches a `.logged` marker;
-`stop` marks it exited; `rm` forgets it. $FAKE_DOCKER_EXIT_AFTER_LOGS=1 makes the
-container exit with code 1 once its log was printed (an engine that crashed at startup).
-`image inspect` fails when $FAKE_DOCKER_NO_IMAGE=1 (then `pull` succeeds); `run` writes
-the value of $HF_TOKEN it was given to `.run-env`; $FAKE_DOCKER_BROKEN=1 makes `stop` and
-`inspect` fail like an unreachable daemon.
+"false <code>" (with `-f {{.Id}}`: the id, while the container exists); `logs [-f]`
+prints $FAKE_DOCKER_LOG, then touches a `.logged` marker; `stop` marks it exited; `rm`
+forgets it. $FAKE_DOCKER_EXIT_AFTER_LOGS=1 makes the container exit with code 1 once
+its log was printed (an engine that crashed at startup). `image inspect` fails when
+$FAKE_DOCKER_NO_IMAGE=1 (then `pull` succeeds); `run` writes the value of $HF_TOKEN it
+was given to `.run-env`; $FAKE_DOCKER_BROKEN=1 makes `stop` and `inspect` fail like an
+unreachable daemon.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def main() -> int:
         if not state.exists():
             print("Error: No such object", file=sys.stderr)
             return 1
-        print(state.read_text())
+        print(CONTAINER_ID if "{{.Id}}" in args else state.read_text())
         return 0
     if command == "logs":
         sys.stdout.write(Path(os.environ["FAKE_DOCKER_LOG"]).read_text())

@@ -6,7 +6,8 @@ It replays tests/render/data/vllm_cpu_0320_startup.log (a real vLLM CPU start) w
 short pauses, spawns a child process like vLLM's engine core (same process group), and
 answers /health and /v1/models on loopback until SIGTERM. FAKE_VLLM_MODE=crash prints
 the MiniMax-M3 crash log and exits 1 before serving; FAKE_VLLM_MODE=stubborn ignores
-SIGTERM (down must escalate to SIGKILL).
+SIGTERM (down must escalate to SIGKILL). The value of $SERVEKIT_TEST_SECRET, when set,
+is written beside the argv file (`.secret`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ def main() -> int:
     served = _arg("--served-model-name", argv) if "--served-model-name" in argv else model
     mode = os.environ.get("FAKE_VLLM_MODE", "")
     Path(os.environ["FAKE_VLLM_ARGV"]).write_text(json.dumps(argv))
+    secret = os.environ.get("SERVEKIT_TEST_SECRET")
+    if secret is not None:  # what a secret_env variable's engine sees, for the tests
+        Path(os.environ["FAKE_VLLM_ARGV"] + ".secret").write_text(secret)
     if mode == "stubborn":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     # vLLM's engine core: a child in the same process group, which down must also stop

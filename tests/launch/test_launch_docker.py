@@ -48,7 +48,8 @@ def test_docker_up_no_wait_status_down(launch_env: LaunchEnv) -> None:
     launch_env.env["FAKE_DOCKER_LOG"] = str(TESTS / "plan" / "data" / "m3_a800_tp8.log")
     up = _up(launch_env, name, "--no-wait")
     assert up.returncode == 0, up.stderr
-    inspect, run = _calls(launch_env)[:2]
+    by_name, inspect, run = _calls(launch_env)[:3]
+    assert by_name == ["inspect", "--type", "container", "-f", "{{.Id}}", "dockered"]
     assert inspect == ["image", "inspect", "vllm/vllm-openai:v0.32.0"]
     assert run[:2] == ["run", "-d"]
     assert run[run.index("--name") + 1] == "dockered"
@@ -134,6 +135,8 @@ def test_container_that_exits_during_startup_fails_with_its_known_issue(
     up = _up(launch_env, name, "--timeout", "30")
     assert up.returncode == 1
     assert "container crashing has exited (exit code 1)" in up.stderr
+    assert "; its log ends with: " in up.stderr  # the crash's last error line, quoted
+    assert len(up.stderr.strip().splitlines()) == 1
     assert "known issue m3-topk-layout-triton" in up.stdout
     assert read_state(launch_env.state_dir, name) is not None
     down = launch_env.servekit("down", name)
@@ -145,6 +148,7 @@ def test_docker_run_failure_is_reported(launch_env: LaunchEnv, tmp_path: Path) -
     """docker refusing to run is one clear error with docker's message; no state is kept."""
     failing = tmp_path / "bin" / "docker"
     failing.write_text("#!/bin/sh\n[ \"$1\" = image ] && exit 0\n"
+                       "[ \"$1\" = inspect ] && echo 'Error: No such object: nogpu' >&2 && exit 1\n"
                        "echo 'docker: Error response from daemon: "
                        "could not select device driver \"\" with capabilities: [[gpu]].' >&2\n"
                        "exit 125\n")  # fmt: skip
@@ -185,8 +189,8 @@ def test_a_missing_image_is_pulled_before_run(launch_env: LaunchEnv) -> None:
     try:
         assert up.returncode == 0, up.stderr
         commands = [call[:2] for call in _calls(launch_env)]
-        assert commands[:3] == [["image", "inspect"], ["pull", "vllm/vllm-openai:v0.32.0"],
-                                ["run", "-d"]]  # fmt: skip
+        assert commands[1:4] == [["image", "inspect"], ["pull", "vllm/vllm-openai:v0.32.0"],
+                                 ["run", "-d"]]  # fmt: skip
         assert "pulling vllm/vllm-openai:v0.32.0" in up.stderr
     finally:
         launch_env.servekit("down", name)

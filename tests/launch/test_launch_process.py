@@ -169,6 +169,27 @@ def test_state_file_holds_no_environment_values(launch_env: LaunchEnv) -> None:
         launch_env.servekit("down", name)
 
 
+def test_a_secret_env_value_reaches_the_engine_and_no_file(launch_env: LaunchEnv) -> None:
+    """secret_env: the engine process gets the value from up's environment; the state
+    file and the command line name it at most, never hold its value."""
+    name = launch_env.profile("secret-env", _free_port())
+    path = launch_env.profiles_dir / f"{name}.yaml"
+    path.write_text(path.read_text() + "secret_env: [SERVEKIT_TEST_SECRET]\n")
+    secret = "sk-process-" + "7f3a9c" * 2  # a made-up value the test looks for
+    launch_env.env["SERVEKIT_TEST_SECRET"] = secret
+    up = _up(launch_env, name)
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr  # type: ignore[attr-defined]
+        seen = (launch_env.root / "vllm-argv.json.secret").read_text()
+        assert seen == secret
+        state = (launch_env.state_dir / f"{name}.json").read_text()
+        assert "SERVEKIT_TEST_SECRET" in state
+        for text in (state, up.stdout, up.stderr):  # type: ignore[attr-defined]
+            assert secret not in text
+    finally:
+        launch_env.servekit("down", name)
+
+
 def test_down_never_signals_a_pid_that_belongs_to_another_process(launch_env: LaunchEnv) -> None:
     """A state whose pid is now another process's (creation time differs): down signals
     nothing and that process keeps running."""

@@ -739,6 +739,16 @@ def test_oom_at_startup_exits_non_zero_without_listening() -> None:
     run(body())
 
 
+async def _announced(process: asyncio.subprocess.Process) -> str:
+    """The CLI's `servekit sim: serving ...` line, after the startup log before it."""
+    assert process.stderr is not None
+    for _ in range(100):
+        line = (await asyncio.wait_for(process.stderr.readline(), 30)).decode().strip()
+        if line.startswith("servekit sim: serving"):
+            return line
+    raise AssertionError("the simulator never announced its URL")
+
+
 def test_cli_serves_crashes_at_concurrency_and_stops_on_sigterm() -> None:
     """The CLI announces its URL, crashes at the fault's concurrency, logs why, exits 0 on TERM."""
 
@@ -746,8 +756,7 @@ def test_cli_serves_crashes_at_concurrency_and_stops_on_sigterm() -> None:
         process = await _cli(
             "--port", "0", "--time-scale", "0.1", "--fault", "crash-at-concurrency=2"
         )
-        assert process.stderr is not None
-        line = (await asyncio.wait_for(process.stderr.readline(), 30)).decode().strip()
+        line = await _announced(process)
         assert line.startswith(f"servekit sim: serving {M3} on http://127.0.0.1:")
         url = line.rsplit(" ", 1)[1]
         async with aiohttp.ClientSession() as session:
@@ -998,7 +1007,7 @@ def test_sigterm_with_open_requests_exits_within_two_seconds() -> None:
     async def body() -> None:
         process = await _cli("--port", "0")
         assert process.stderr is not None
-        line = (await asyncio.wait_for(process.stderr.readline(), 30)).decode().strip()
+        line = await _announced(process)
         url = line.rsplit(" ", 1)[1]
         loop = asyncio.get_running_loop()
         async with aiohttp.ClientSession() as session:

@@ -82,7 +82,7 @@ def up_command(
     text = Path(state.log_path).read_text(encoding="utf-8", errors="replace")
     analysis = analyze_log(text, model_hint=prof.model.path)
     if not outcome.ready:
-        if not as_json:
+        if not as_json and (analysis.figures.found_any or analysis.issues):
             print_analysis(console, analysis, state.log_path, verdict=False)
         raise not_ready_error(state, outcome, directory)
     models = served_models(state.url)

@@ -135,6 +135,19 @@ def header_lines(profile: Profile) -> list[str]:
     return [one_line(line) for line in lines]
 
 
+def secret_lines(profile: Profile) -> list[str]:
+    """Return the header lines that ask for the profile's `secret_env` variables (none
+    without secrets): the artifact passes them by name, so they must be exported first."""
+    if not profile.secret_env:
+        return []
+    names = ", ".join(profile.secret_env)
+    verb = "is a secret" if len(profile.secret_env) == 1 else "are secrets"
+    return [
+        f"{names} {verb} passed by name only: export "
+        f"{'it' if len(profile.secret_env) == 1 else 'them'} in this shell before running."
+    ]
+
+
 def one_line(text: str) -> str:
     """Return text with every run of whitespace, line breaks included, as one space."""
     return " ".join(text.split())

@@ -19,7 +19,13 @@ from typing import Any
 from servekit.client.probe import health as health
 from servekit.client.probe import served_models as served_models
 from servekit.errors import ConfigError, LaunchError
-from servekit.runtime.docker_cli import DOCKER_TIMEOUT_S, docker, is_gone, last_line
+from servekit.runtime.docker_cli import (
+    DOCKER_TIMEOUT_S,
+    container_id_of,
+    docker,
+    is_gone,
+    last_line,
+)
 from servekit.runtime.state import EngineState, group_alive, process_identity
 
 IDENTITY_TOLERANCE_S = 1.0
@@ -157,7 +163,14 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
 
 
 def _stop_container(state: EngineState, grace_s: float) -> str:
-    ident = state.container_id or state.container or ""
+    """Stop and remove the container with exactly the recorded id (never one found by
+    name: a container of the same name that `up` did not start is someone else's)."""
+    ident = state.container_id
+    if not ident:
+        raise ConfigError("the state file has no container id",
+                          fix=f"stop the container {state.container} by hand")  # fmt: skip
+    if container_id_of(ident) != ident:
+        return f"container {state.container} was already gone"
     stopped = docker(["stop", "-t", str(int(grace_s)), ident], what="docker stop", check=False,
                      timeout_s=grace_s + DOCKER_TIMEOUT_S)  # fmt: skip
     if stopped.returncode != 0 and not is_gone(stopped):

@@ -13,8 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from servekit.errors import LaunchError
 from servekit.runtime.control import health, liveness
-from servekit.runtime.docker_cli import docker_cli, docker_passthrough
+from servekit.runtime.docker_cli import container_id_of, docker_cli, docker_passthrough
 from servekit.runtime.stages import StageTracker
 from servekit.runtime.state import EngineState
 
@@ -58,12 +59,21 @@ def _text(line: bytes) -> str:
 
 @dataclass(frozen=True, slots=True)
 class StartupOutcome:
-    """How waiting ended: ready, the engine exited, or the time ran out."""
+    """How waiting ended: ready, the engine exited, or the time ran out.
+
+    Attributes:
+        ready: /health answered 200.
+        stage: the last stage reached.
+        elapsed_s: seconds waited.
+        reason: why it is not ready, for people.
+        exited: the engine exited (rather than the time running out).
+    """
 
     ready: bool
     stage: str
     elapsed_s: float
     reason: str = ""
+    exited: bool = False
 
 
 def wait_until_ready(
@@ -103,7 +113,8 @@ def wait_until_ready(
                 _drain(follower)
                 feed(tail.read_lines() + tail.rest(), elapsed)
                 code = "" if alive.exit_code is None else f" (exit code {alive.exit_code})"
-                return StartupOutcome(False, tracker.stage, elapsed, f"{alive.detail}{code}")
+                return StartupOutcome(False, tracker.stage, elapsed, f"{alive.detail}{code}",
+                                      exited=True)  # fmt: skip
             if health(state.url) == 200:
                 feed(tail.read_lines(), elapsed)  # stages logged since the last read
                 if tracker.mark_ready():
@@ -149,9 +160,19 @@ def show_log(
     """Print an engine's log (the last `tail` lines), then new lines while `follow`ing.
 
     Following ends when the engine stops or on Ctrl-C. Docker engines are shown with
-    `docker logs`. Returns the exit code for the command.
+    `docker logs`, once docker confirmed the recorded container still exists. Returns
+    the exit code for the command.
+
+    Raises:
+        LaunchError: the docker daemon cannot be reached, or the container is gone.
     """
     if state.runtime == "docker":
+        if container_id_of(state.container_id or "") is None:
+            raise LaunchError(
+                f"container {state.container} is gone; docker has no log of it",
+                fix=f"read the copy servekit up kept, {state.log_path}; servekit down "
+                f"{state.profile} forgets it",
+            )
         args = ["logs", *(["--follow"] if follow else [])]
         args += ["--tail", str(tail)] if tail is not None else []
         return docker_passthrough([*args, state.container_id or ""])

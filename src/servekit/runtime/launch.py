@@ -6,7 +6,11 @@ Two runtimes:
   the container view to the host through `deploy.host_model_dir`.
 - `docker`: `docker run -d` with the rendered options (environment values handed over
   through docker's own environment, never on the command line), after pulling the image
-  when it is missing.
+  when it is missing. A container of the deployment's name that `up` did not start is
+  refused, never replaced.
+
+Both runtimes take `secret_env` values from the environment `up` runs in and refuse to
+start without them; only their names are recorded.
 
 What was started is recorded by `runtime.state`; `runtime.control` checks and stops it,
 `runtime.follow` follows it to readiness (ADR 0006).
@@ -22,7 +26,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from servekit.client.probe import port_in_use
@@ -30,9 +34,16 @@ from servekit.errors import ConfigError, LaunchError
 from servekit.profiles.schema import Profile
 from servekit.render._container import host_path, image, multi_node_error, resource_name
 from servekit.render.argv import host_flags, vllm_serve_args
-from servekit.render.docker import docker_run_options
+from servekit.render.docker import docker_engine_flags, docker_run_options
 from servekit.runtime.control import liveness, stop_group
-from servekit.runtime.docker_cli import docker, ensure_image
+from servekit.runtime.docker_cli import (
+    container_id_of,
+    docker,
+    ensure_image,
+    is_name_conflict,
+    last_line,
+    remove_container,
+)
 from servekit.runtime.follow import StartupOutcome
 from servekit.runtime.stages import STAGE_LABELS
 from servekit.runtime.state import (
@@ -48,6 +59,7 @@ VLLM_MODULE = "vllm.entrypoints.openai.api_server"
 """The API server module; `python -m` of it works where the `vllm` script does not."""
 
 RUNTIMES = ("process", "docker")
+_TAIL_BYTES = 16_384  # how much of an engine log's end is read for its last error
 
 
 def reachable_host(profile: Profile) -> str:
@@ -111,8 +123,53 @@ def docker_argv(profile: Profile) -> list[str]:
     """`docker run -d` with the rendered options (env by name only), image, model, flags."""
     options = docker_run_options(profile, env_values=False)
     words = [word for group in options for word in group]
-    return ["docker", "run", "-d", *words, image(profile), profile.model.path,
-            *vllm_serve_args(profile)]  # fmt: skip
+    flags = [word for group in docker_engine_flags(profile) for word in group]
+    return ["docker", "run", "-d", *words, image(profile), profile.model.path, *flags]
+
+
+def require_secrets(profile: Profile, environ: Mapping[str, str]) -> None:
+    """Check every `secret_env` variable has a value in the launching environment.
+
+    Raises:
+        ConfigError: one or more are unset or empty (the message names them).
+    """
+    missing = [name for name in profile.secret_env if not environ.get(name)]
+    if missing:
+        names = ", ".join(missing)
+        raise ConfigError(
+            f"profile {profile.name} needs the secret {names} from the environment, "
+            f"but {'it is' if len(missing) == 1 else 'they are'} not set",
+            fix=f"export {' '.join(f'{name}=...' for name in missing)} and run servekit up again",
+        )
+
+
+def engine_env_names(profile: Profile) -> list[str]:
+    """The variables the engine is given from the profile and the environment (names)."""
+    return sorted({*profile.env, *profile.secret_env})
+
+
+def refuse_foreign_container(profile: Profile) -> None:
+    """Refuse to start when another container already has the deployment's name.
+
+    Called after `forget_stale` removed this profile's own exited container, so any
+    container left with the name is not one `up` started.
+
+    Raises:
+        ConfigError: a container of that name exists (it is neither replaced nor removed).
+    """
+    name = resource_name(profile)
+    found = container_id_of(name)
+    if found is not None:
+        raise _name_taken(name, found)
+
+
+def _name_taken(name: str, found: str | None) -> ConfigError:
+    which = f" ({found[:12]})" if found else ""
+    return ConfigError(
+        f"a container named {name}{which} already exists and servekit up did not start it; "
+        "it is left alone",
+        fix=f"remove or rename it yourself (docker rm {name}), or give the profile another name",
+    )
 
 
 def start_process(profile: Profile, argv: list[str], directory: Path) -> EngineState:
@@ -138,7 +195,7 @@ def start_process(profile: Profile, argv: list[str], directory: Path) -> EngineS
     return EngineState(
         profile=profile.name, runtime="process", url=engine_url(profile),
         started_at=time.time(), log_path=str(log), argv=argv,
-        env_names=sorted(profile.env), pid=proc.pid, pid_started_at=created,
+        env_names=engine_env_names(profile), pid=proc.pid, pid_started_at=created,
     )  # fmt: skip
 
 
@@ -149,14 +206,19 @@ def start_container(profile: Profile, argv: list[str], directory: Path) -> Engin
         LaunchError: docker is missing, the pull fails, or docker refuses the container.
     """
     ensure_image(image(profile))
-    result = docker(argv[1:], what="docker run", env={**os.environ, **profile.env})
+    result = docker(argv[1:], what="docker run", env={**os.environ, **profile.env},
+                    check=False)  # fmt: skip
+    if is_name_conflict(result):  # created between the check and the run
+        raise _name_taken(resource_name(profile), None)
+    if result.returncode != 0:
+        raise LaunchError(f"docker run failed: {last_line(result)}", fix="read docker's message")
     container_id = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
     if not container_id:
         raise LaunchError("docker run printed no container id", fix="check docker's output")
     return EngineState(
         profile=profile.name, runtime="docker", url=engine_url(profile),
         started_at=time.time(), log_path=str(log_path(directory, profile.name)), argv=argv,
-        env_names=sorted(profile.env), container=resource_name(profile),
+        env_names=engine_env_names(profile), container=resource_name(profile),
         container_id=container_id,
     )  # fmt: skip
 
@@ -165,10 +227,12 @@ def forget_stale(directory: Path, profile: Profile) -> None:
     """Refuse to start an engine that already runs; clean up after one that exited.
 
     A stale process state has its leftover group members stopped; a stale container is
-    removed, so its name is free again.
+    removed, so its name is free again, but only when docker still knows it by exactly
+    the recorded id (a container of the same name made since is someone else's).
 
     Raises:
         ConfigError: the profile's engine is running.
+        LaunchError: docker cannot remove the stale container.
     """
     old = read_state(directory, profile.name)
     if old is None:
@@ -180,7 +244,8 @@ def forget_stale(directory: Path, profile: Profile) -> None:
             fix=f"servekit down {profile.name} first",
         )
     if old.runtime == "docker":
-        docker(["rm", "-f", old.container_id or ""], what="docker rm", check=False)
+        if old.container_id:
+            remove_container(old.container_id)
     elif old.pid is not None and not alive.foreign:
         stop_group(old.pid, grace_s=5)
     remove_state(directory, profile.name)
@@ -222,9 +287,12 @@ def start_engine(
     if profile.hardware.nodes != 1:
         raise multi_node_error(profile, "servekit up")
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    require_secrets(profile, os.environ)
     with _exclusive(directory, profile.name):
         forget_stale(directory, profile)
         _refuse_busy_port(profile)
+        if runtime == "docker":
+            refuse_foreign_container(profile)
         if runtime == "process":
             state = start_process(profile, process_argv(profile, launcher, python), directory)
         else:
@@ -246,8 +314,30 @@ def not_ready_error(state: EngineState, outcome: StartupOutcome, directory: Path
             stop_group(state.pid, grace_s=5)
             remove_state(directory, state.profile)
             fix = f"read {state.log_path}"
+    said = last_error_line(Path(state.log_path)) if outcome.exited else None
     return LaunchError(
         f"{state.profile} did not become ready: {outcome.reason} during "
-        f"'{STAGE_LABELS[outcome.stage]}' after {outcome.elapsed_s:.0f} s",
+        f"'{STAGE_LABELS[outcome.stage]}' after {outcome.elapsed_s:.0f} s"
+        + (f"; its log ends with: {said}" if said else ""),
         fix=fix,
     )
+
+
+def last_error_line(log: Path, *, max_chars: int = 300) -> str | None:
+    """The log's last line that says error (else its last line), for an error message.
+
+    Only the tail is read; the line is made one line and cut to `max_chars`.
+    """
+    try:
+        with log.open("rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - _TAIL_BYTES))
+            tail = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    lines = [" ".join(line.split()) for line in tail.splitlines()]
+    lines = [line for line in lines if line]
+    if not lines:
+        return None
+    errors = [line for line in lines if "error" in line.lower()]
+    line = (errors or lines)[-1]
+    return line if len(line) <= max_chars else line[: max_chars - 3] + "..."

@@ -22,11 +22,19 @@ from aiohttp import web
 
 from servekit.errors import SimulationError
 from servekit.hardware import lookup_gpu
+from servekit.plan import make_plan, plan_inputs
 from servekit.profiles.schema import Profile
 from servekit.sim._handlers import SHUTDOWN_GRACE_S, Log, SimServer, log_to_stderr
 from servekit.sim._pacing import stamp_arrival, yield_to_engine
 from servekit.sim._respond import MAX_BODY_BYTES
 from servekit.sim.faults import Faults
+from servekit.sim.startup_lines import (
+    StartupFacts,
+    loaded_lines,
+    loading_lines,
+    serving_lines,
+    startup_facts,
+)
 
 # aiohttp's own per-connection shutdown wait; `SimServer.shutdown` has already cut every
 # request after SHUTDOWN_GRACE_S by then, so it is a backstop, not a delay.
@@ -111,6 +119,13 @@ def oom_lines(profile: Profile) -> list[str]:
     ]
 
 
+def _startup_facts(profile: Profile) -> StartupFacts:
+    """The figures the startup log reports: the plan the simulator sizes its KV pool with."""
+    gpu = lookup_gpu(profile.hardware.gpu)
+    plan = make_plan(plan_inputs(profile, gpu))
+    return startup_facts(profile, plan, device_name=gpu.device_name)
+
+
 def _url(host: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
@@ -129,7 +144,10 @@ async def serve_async(
 ) -> None:
     """Serve a simulated deployment until `stop` is set.
 
-    With `slow-start` the port does not listen for that long (scaled), then /health
+    The start is logged as vLLM 0.32 logs it (`sim.startup_lines`), with the figures of
+    the plan the simulator runs with: model loading, memory profiling, the KV cache and
+    its capacity, CUDA graphs, then the API server. With `slow-start` the port does not
+    listen for that long (scaled), which the log shows as weights loading, then /health
     answers 503 for a fifth of it; with `oom-at-startup` the out-of-memory log is written
     and SimulationError raised without listening.
 
@@ -151,6 +169,11 @@ async def serve_async(
     faults = faults or Faults()
     if not time_scale > 0:
         raise SimulationError(f"time_scale {time_scale} must be positive", fix="use e.g. 1.0")
+    facts = _startup_facts(profile)
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    for line in loading_lines(facts):
+        log(line)
     if faults.slow_start_s:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), faults.slow_start_s * time_scale)
@@ -164,6 +187,8 @@ async def serve_async(
             fix="drop --fault oom-at-startup",
         )
     app = make_app(profile, seed=seed, time_scale=time_scale, faults=faults, log=log)
+    for line in loaded_lines(facts, load_s=loop.time() - began):
+        log(line)
     runner = make_runner(app)
     await runner.setup()
     try:
@@ -175,6 +200,8 @@ async def serve_async(
                 fix="choose another --port or stop the process that holds it",
             ) from None
         bound = runner.addresses[0][1]
+        for line in serving_lines(_url(host, bound)):
+            log(line)
         announce(f"servekit sim: serving {profile.name} on {_url(host, bound)}")
         await stop.wait()
     finally:
