@@ -26,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
@@ -59,11 +59,14 @@ class Daemon:
         root: the directory that holds everything of it.
         host: its DOCKER_HOST (a unix socket under `root`).
         proc: the dockerd process.
+        container_pids: the host pids of the containers' main processes, as seen when
+            the daemon was stopped (a container's process does not name the directory).
     """
 
     root: Path
     host: str
     proc: subprocess.Popen[bytes]
+    container_pids: set[int] = field(default_factory=set)
 
     @property
     def log(self) -> Path:
@@ -162,6 +165,9 @@ def stop_daemon(daemon: Daemon) -> None:
         with contextlib.suppress(DockerTierError, subprocess.TimeoutExpired):
             ids = daemon.containers()
             if ids:
+                pids = daemon.cli("inspect", "-f", "{{.State.Pid}}", *ids, check=False)
+                daemon.container_pids |= {int(pid) for pid in pids.split() if pid.isdigit()}
+                daemon.container_pids.discard(0)  # not running
                 daemon.cli("rm", "-f", "-v", *ids, check=False)
             images = daemon.images()
             if images:
@@ -186,11 +192,20 @@ def leftovers(daemon: Daemon) -> list[str]:
         f"process {p.pid}: {' '.join(p.cmdline())[:120]}" for p in _processes_under(daemon.root)
     ]
     found += [f"mount {mount}" for mount in _mounts_under(daemon.root)]
+    found += [f"container process {pid}" for pid in sorted(daemon.container_pids)
+              if _alive(pid)]  # fmt: skip
     if daemon.proc.poll() is None:
         found.append(f"dockerd {daemon.proc.pid} still runs")
     if daemon.root.exists():
         found.append(f"directory {daemon.root}")
     return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _processes_under(root: Path) -> list[psutil.Process]:

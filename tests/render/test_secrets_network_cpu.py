@@ -82,8 +82,9 @@ def test_k8s_renders_no_secret_object_and_says_how_to_create_it() -> None:
         "# Secrets: HF_TOKEN, WANDB_API_KEY come from the Secret "
         "minimax-m3-mxfp8-8xa800-secrets, which servekit never writes; create it first, "
         "with the values from your shell:",
-        "# kubectl create secret generic minimax-m3-mxfp8-8xa800-secrets --namespace llm "
-        '--from-literal=HF_TOKEN="$HF_TOKEN" --from-literal=WANDB_API_KEY="$WANDB_API_KEY"',
+        '# printf \'%s=%s\\n\' HF_TOKEN "$HF_TOKEN" WANDB_API_KEY "$WANDB_API_KEY" | '
+        "kubectl create secret generic minimax-m3-mxfp8-8xa800-secrets --namespace llm "
+        "--from-env-file=/dev/stdin",
     ]
 
 
@@ -99,8 +100,8 @@ def test_leader_worker_set_pods_read_the_secret_too() -> None:
         ]
     text = render(profile, "k8s")
     assert (
-        "# kubectl create secret generic minimax-m3-bf16-2x8xa800-secrets --namespace default "
-        '--from-literal=HF_TOKEN="$HF_TOKEN"\n'
+        "# printf '%s=%s\\n' HF_TOKEN \"$HF_TOKEN\" | kubectl create secret generic "
+        "minimax-m3-bf16-2x8xa800-secrets --namespace default --from-env-file=/dev/stdin\n"
     ) in text
     assert [doc["kind"] for doc in _k8s(profile)] == ["LeaderWorkerSet", "Service"]
 

@@ -59,10 +59,13 @@ def uses_gpus(profile: Profile) -> bool:
     device, vLLM's CPU build), where `--gpus` and `nvidia.com/gpu` would make docker and
     Kubernetes refuse or never schedule the engine.
 
-    Raises:
-        ConfigError: the profile's GPU is not in the catalog.
+    A GPU the catalog does not know is taken to be a GPU (rendering does not need the
+    catalog otherwise).
     """
-    return lookup_gpu(profile.hardware.gpu).device_name != "cpu"
+    try:
+        return lookup_gpu(profile.hardware.gpu).device_name != "cpu"
+    except ConfigError:
+        return True
 
 
 def multi_node_error(profile: Profile, target: str) -> ConfigError:

@@ -128,19 +128,20 @@ def secret_notes(profile: Profile) -> list[str]:
     """Return header lines telling how to create the Secret, or none without `secret_env`.
 
     The command reads each value from the user's own shell (`"$NAME"`), so neither
-    servekit nor the manifest ever holds it.
+    servekit nor the manifest ever holds it; `printf` (a shell builtin) pipes the values
+    to kubectl, so none is on a command line other users can read (`ps`).
 
     Raises:
         ConfigError: deploy.namespace is not a DNS label.
     """
     if not profile.secret_env:
         return []
-    literals = " ".join(f'--from-literal={key}="${key}"' for key in profile.secret_env)
+    pairs = " ".join(f'{key} "${key}"' for key in profile.secret_env)
     return [
         f"Secrets: {', '.join(profile.secret_env)} come from the Secret {secret_name(profile)}, "
         "which servekit never writes; create it first, with the values from your shell:",
-        f"kubectl create secret generic {secret_name(profile)} --namespace {namespace(profile)} "
-        f"{literals}",
+        f"printf '%s=%s\\n' {pairs} | kubectl create secret generic {secret_name(profile)} "
+        f"--namespace {namespace(profile)} --from-env-file=/dev/stdin",
     ]
 
 

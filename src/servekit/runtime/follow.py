@@ -22,6 +22,10 @@ from servekit.runtime.state import EngineState
 POLL_S = 0.5
 """How often the log, the engine and /health are looked at while waiting."""
 
+READY_LOG_S = 3.0
+"""How long, once /health answers, the container's copied log may take to show the
+server's start (its KV cache lines come just before)."""
+
 FOLLOWER_DRAIN_S = 5.0
 """How long `docker logs -f` may take to deliver an exited container's last lines."""
 
@@ -117,6 +121,8 @@ def wait_until_ready(
                                       exited=True)  # fmt: skip
             if health(state.url) == 200:
                 feed(tail.read_lines(), elapsed)  # stages logged since the last read
+                if follower is not None:  # `docker logs -f` delivers a moment later
+                    _catch_up(tail, tracker, feed, elapsed, clock, sleep)
                 if tracker.mark_ready():
                     on_stage("ready", elapsed)
                 return StartupOutcome(True, "ready", elapsed)
@@ -126,6 +132,19 @@ def wait_until_ready(
             sleep(POLL_S)
     finally:
         _stop_follower(follower)
+
+
+def _catch_up(
+    tail: LogTail, tracker: StageTracker, feed: Callable[[list[str], float], None],
+    elapsed: float, clock: Callable[[], float], sleep: Callable[[float], None],
+) -> None:  # fmt: skip
+    """Read the copied log until it shows the API server's start, for at most
+    READY_LOG_S: /health can answer before `docker logs -f` has copied the last startup
+    lines (the KV cache figures among them)."""
+    deadline = clock() + READY_LOG_S
+    while tracker.stage != "ready" and clock() < deadline:
+        sleep(0.1)
+        feed(tail.read_lines(), elapsed)
 
 
 def _follow_container_logs(state: EngineState) -> subprocess.Popen[bytes]:
