@@ -37,6 +37,18 @@ class RequestRecord:
         error_kind: failure class, or None for success.
         error: failure message, or None.
         text: optional generated text.
+        cached_tokens: prompt tokens the server served from its prefix cache (usage
+            `prompt_tokens_details.cached_tokens`), or None when it did not say.
+        session: the session (multi-turn conversation or agent loop) this request belongs
+            to, or None for a single-turn request.
+        turn: the request's 1-based index within its session, or None.
+        session_end: set on a session's last request only: "completed" (every turn
+            answered; an agent answered without a tool call), "turn_limit" (an agent hit
+            its turn limit), "failed" (this request failed, the session stopped) or
+            "stopped" (the point's deadline or an interrupt ended it).
+        tool_calls: tool calls in this response.
+        tool_args_invalid: of those, calls whose arguments are not JSON or fail the tool's
+            JSON schema (or name no known tool).
     """
 
     id: str
@@ -55,6 +67,12 @@ class RequestRecord:
     error_kind: str | None = None
     error: str | None = None
     text: str | None = None
+    cached_tokens: int | None = None
+    session: str | None = None
+    turn: int | None = None
+    session_end: str | None = None
+    tool_calls: int = 0
+    tool_args_invalid: int = 0
 
     # Validation of records read back from JSON: unknown keys are errors.
     __pydantic_config__: ClassVar[ConfigDict] = ConfigDict(extra="forbid")
@@ -76,7 +94,8 @@ class RequestRecord:
 _FIELD_NAMES = tuple(f.name for f in fields(RequestRecord))
 _INT_FIELDS = (
     "scheduled_ns", "sent_ns", "first_token_ns", "first_answer_ns", "end_ns",
-    "prompt_tokens", "output_tokens", "reasoning_tokens",
+    "prompt_tokens", "output_tokens", "reasoning_tokens", "cached_tokens", "turn",
+    "tool_calls", "tool_args_invalid",
 )  # fmt: skip
 
 
@@ -106,6 +125,9 @@ def record_from_json(line: str | bytes, *, where: str = "record") -> RequestReco
     return record
 
 
+SESSION_ENDS = ("completed", "turn_limit", "failed", "stopped")
+"""How a session ended (`RequestRecord.session_end`)."""
+
 _INT64 = range(-(2**63), 2**63)
 MAX_REQUEST_TOKENS = 1 << 27
 """Most tokens one request can carry: the largest max_model_len a profile may set. The
@@ -129,6 +151,10 @@ def _inconsistency(record: RequestRecord) -> str | None:
         return "chunk_ns or chunk_tokens: a value outside the 64-bit integer range"
     if any(v < 0 for v in record.chunk_tokens) or record.output_tokens < 0:
         return "a negative token count"
+    if min(record.cached_tokens or 0, record.tool_calls, record.tool_args_invalid) < 0:
+        return "a negative cached_tokens, tool_calls or tool_args_invalid"
+    if record.session_end is not None and record.session_end not in SESSION_ENDS:
+        return f"session_end: not one of {', '.join(SESSION_ENDS)}"
     if max(record.output_tokens, sum(record.chunk_tokens)) > MAX_REQUEST_TOKENS:
         return f"more than {MAX_REQUEST_TOKENS} tokens in one request"
     return None

@@ -517,7 +517,10 @@ def certify(
 
 
 def _schedule(point: PointSpec, count: int, rng: random.Random) -> tuple[tuple[int, float], ...]:
-    """An open-loop point's numbered arrival offsets (s), by the point's arrival process."""
+    """An open-loop point's numbered arrival offsets (s): the point's explicit schedule (a
+    trace replay), else drawn by its arrival process."""
+    if point.schedule is not None:
+        return tuple(enumerate(point.schedule[:count]))
     assert point.rate_rps is not None  # a point is closed (concurrency) or open (rate)
     return tuple(enumerate(arrival_offsets(point.arrival, point.rate_rps, count, rng)))
 

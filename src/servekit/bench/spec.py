@@ -14,6 +14,8 @@ from servekit.records import RequestRecord
 from servekit.redaction import Redactor
 from servekit.results.summary import ClientBlock, ServerBlock
 from servekit.workload.datasets import LengthSpec, PromptItem
+from servekit.workload.sessions import SessionsSpec
+from servekit.workload.traces import Trace
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +45,9 @@ class BenchSpec:
     workers: int = 1  # processes that send the load (records merge in this one)
     min_tokens: bool = False  # also pin the length with min_tokens (servers without ignore_eos)
     metrics_interval_s: float = 0.25  # /metrics sampling during a point; 0: before/after only
+    trace: Trace | None = None  # replay a timestamped trace (one point, "trace")
+    sessions: SessionsSpec | None = None  # multi-turn sessions or agent loops per point
+    max_schedule_lag_ms: float = 10.0  # a replay point is invalid past this p99 send lag
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +68,7 @@ class PointSpec:
     arrival: str = "poisson"  # poisson | gamma:SHAPE | constant
     max_concurrency: int | None = None
     requests: int | None = None  # this point's request count [BenchSpec.requests_per_point]
+    schedule: tuple[float, ...] | None = None  # explicit send offsets (s): a trace replay
 
 
 @dataclass(frozen=True, slots=True)

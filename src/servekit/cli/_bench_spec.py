@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from servekit.bench.spec import BenchSpec, PointSpec
+from servekit.cli._bench_sessions import sessions_input
+from servekit.cli._bench_trace import trace_input
 from servekit.cli._output import check_load_options
 from servekit.cli._values import parse_json_object, parse_numbers, read_text_option
 from servekit.client.address import server_address
@@ -58,6 +60,14 @@ def bench_inputs(opts: dict[str, Any]) -> tuple[BenchSpec, list[PointSpec], Prof
     items = (
         load_dataset_text(read_text_option(dataset, "--dataset"), str(dataset)) if dataset else None
     )
+    tools = (
+        parse_tools(read_text_option(opts["tools"], "--tools"), str(opts["tools"]))
+        if opts["tools"]
+        else ()
+    )
+    max_model_len = prof.serve_args.max_model_len if prof else None
+    replay = trace_input(opts, max_model_len)
+    sessions = sessions_input(opts, tools)
     model = opts["model"] or (prof.serve_args.served_model_name or prof.model.path if prof else "")
     spec = BenchSpec(
         base_url=address.base_url,
@@ -79,13 +89,16 @@ def bench_inputs(opts: dict[str, Any]) -> tuple[BenchSpec, list[PointSpec], Prof
         shared_prefix=opts["shared_prefix"],
         tokenizer=opts["tokenizer"],
         duration_per_point_s=opts["duration_per_point"],
-        tools=parse_tools(read_text_option(opts["tools"], "--tools"), str(opts["tools"]))
-        if opts["tools"]
-        else (),
+        tools=tools,
         workers=opts["workers"],
         min_tokens=opts["min_tokens"],
         metrics_interval_s=opts["metrics_interval"],
+        trace=replay[0] if replay else None,
+        sessions=sessions,
+        max_schedule_lag_ms=opts["max_schedule_lag_ms"],
     )
+    if replay is not None:
+        return spec, [replay[1]], prof
     points = [
         PointSpec(f"c={int(c)}", concurrency=int(c))
         for c in parse_numbers(concurrency, int, "--concurrency")

@@ -81,6 +81,59 @@ class ClientBlock(Document):
     v0_blank: ClassVar[dict[str, JsonValue]] = {"valid": True, "warnings": []}
 
 
+class PrefixCacheBlock(Document):
+    """Prefix-cache reuse during a point, as the server counted it (/metrics deltas of
+    `vllm:prefix_cache_queries_total` / `vllm:prefix_cache_hits_total`, in tokens, or the
+    simulator's counters) and as usage reported it (`prompt_tokens_details.cached_tokens`);
+    a figure is None where its source said nothing."""
+
+    server_queried_tokens: int | None = None
+    server_hit_tokens: int | None = None
+    server_hit_rate: float | None = None
+    client_prompt_tokens: int = 0  # usage prompt_tokens of the point's successful requests
+    client_cached_tokens: int | None = None  # None: no response reported cached tokens
+    client_hit_rate: float | None = None
+    implied_hit_rate: float | None = None  # what the trace's shared blocks imply (replay)
+
+
+class TurnBlock(Document):
+    """One turn index across a point's sessions (turn 1 is every session's first request)."""
+
+    turn: int
+    requests: int
+    failed: int
+    ttft_ms: DistributionBlock
+    itl_ms: DistributionBlock
+    prompt_tokens_mean: float | None
+    cached_tokens_mean: float | None  # None when no response of this turn reported them
+
+
+class SessionsBlock(Document):
+    """A point's sessions (multi-turn conversations or agent loops), from their records."""
+
+    sessions: int  # sessions that sent at least one request
+    completed: int  # session_end "completed"
+    turn_limit: int  # agent loops stopped by the turn limit
+    failed: int  # stopped by a failed request
+    turns_completed_mean: float | None  # successful requests per session
+    duration_s: DistributionBlock  # first send to last end, per session
+    turns_per_s: float | None  # successful turns per second of the point
+    tool_calls: int | None = None  # agent loops only: tool calls made
+    tool_calls_per_session: float | None = None
+    tool_args_invalid: int | None = None
+    tool_args_invalid_rate: float | None = None  # invalid / tool calls
+
+
+class ScheduleBlock(Document):
+    """How closely sends kept a timestamped schedule (trace replay): lag is sent - scheduled."""
+
+    planned: int  # sends the schedule asked for in the point
+    sent: int  # sends made (every one is a record)
+    lag_ms: DistributionBlock
+    max_lag_ms_p99: float  # the stated bound; the point is invalid past it
+    valid: bool
+
+
 class SummaryPoint(Document):
     """One load point of a run: counts, throughput, latency distributions, server, client."""
 
@@ -105,6 +158,10 @@ class SummaryPoint(Document):
     goodput_fraction: float | None
     server: ServerBlock
     client: ClientBlock
+    prefix_cache: PrefixCacheBlock | None = None
+    turns: list[TurnBlock] | None = None  # sessions and agent loops only
+    sessions: SessionsBlock | None = None
+    schedule: ScheduleBlock | None = None  # trace replay only
 
     def distribution(self, key: str) -> DistributionBlock:
         """A latency or speed distribution by its summary.json key (KeyError if none)."""
@@ -147,6 +204,30 @@ class SloBlock(Document):
     e2e_s: float | None
 
 
+class TraceInfo(Document):
+    """The trace a replay sent: its file, format and the window taken from it."""
+
+    file: str
+    format: str  # mooncake | burstgpt | azure | jsonl
+    requests: int  # requests in the window (after --max-requests)
+    time_scale: float
+    start_s: float
+    duration_s: float | None
+    block_tokens: int | None = None  # tokens per hash id (mooncake: 512)
+    implied_hit_rate: float | None = None
+
+
+class SessionInfo(Document):
+    """The sessions a run sent: where they came from and how they pace themselves."""
+
+    source: str  # "synthetic", or "sharegpt FILE" / "jsonl FILE"
+    sessions: int
+    turns_max: int  # most user turns in one session (agent loops: the turn limit)
+    think_time: str | None = None  # the think-time distribution's spelling
+    agent: bool = False
+    tool_latency: str | None = None  # agent loops: the tool latency's spelling
+
+
 class Workload(Document):
     """The load that was sent: sizes, sampling and seed (bench adds its request options,
     sim run marks itself `simulated`)."""
@@ -167,6 +248,8 @@ class Workload(Document):
     shared_prefix: int | None = None
     workers: int | None = None
     simulated: bool | None = None
+    trace: TraceInfo | None = None
+    sessions: SessionInfo | None = None
 
 
 class Summary(Document):
