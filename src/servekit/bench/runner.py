@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -18,6 +19,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from servekit.analyze.summarize import distribution
+from servekit.bench.replay import (
+    block_tokens_of,
+    prompt_length_warnings,
+    schedule_check,
+    trace_prompts,
+)
 from servekit.bench.scrape import Snapshot, scrape, server_block
 from servekit.bench.sizing import sized_prompts
 from servekit.bench.spec import BenchSpec, Planned, PointOutcome, PointSpec
@@ -29,6 +36,7 @@ from servekit.errors import EndpointError
 from servekit.records import RequestRecord
 from servekit.results.summary import ClientBlock
 from servekit.workload.synthetic import arrival_offsets
+from servekit.workload.traces import Trace
 
 SAMPLE_EVERY_S = 0.25
 POOL_START_LEAD_S = 0.3  # worker processes start a point together, this long after dispatch
@@ -75,6 +83,8 @@ async def plan_requests(
 ) -> tuple[list[Planned], str]:
     """Every request of the run, in order (from the dataset, or synthetic and sized), and
     how the prompts' lengths were counted."""
+    if spec.trace is not None:
+        return await _plan_trace(endpoint, spec, spec.trace, count, rng)
     outputs = [
         spec.output_dist.draw(rng) if spec.output_dist else spec.output_len for _ in range(count)
     ]
@@ -94,6 +104,28 @@ async def plan_requests(
     prompts, method = await sized_prompts(endpoint, spec, lengths, rng)
     return [
         Planned(request_body(spec, p, out), out) for p, out in zip(prompts, outputs, strict=True)
+    ], method
+
+
+async def _plan_trace(
+    endpoint: Endpoint, spec: BenchSpec, trace: Trace, count: int, rng: random.Random
+) -> tuple[list[Planned], str]:
+    """A replay's requests: distinct synthetic warmup requests (they must not warm the
+    trace's prefixes), then the trace's, each prompt sized to its input length."""
+    warmup = max(count - len(trace.requests), 0)
+    requests = trace.requests[: count - warmup]
+    warm, _ = (
+        await plan_requests(endpoint, dataclasses.replace(spec, trace=None), warmup, rng)
+        if warmup
+        else ([], "")
+    )
+    sized = await trace_prompts(endpoint, spec, requests, block_tokens_of(trace))
+    method = sized.method
+    if sized.problems:  # never silently: the summary names the requests
+        method += f"; {len(sized.problems)} prompt(s) not exact, e.g. {sized.problems[0]}"
+    return warm + [
+        Planned(request_body(spec, prompt, r.output_len), r.output_len)
+        for prompt, r in zip(sized.prompts, requests, strict=True)
     ], method
 
 
@@ -377,11 +409,21 @@ async def _run_point(
         stop.set()
         await asyncio.gather(sampler, return_exceptions=True)
     after = await scrape(endpoint)
+    replay = point.schedule is not None  # a trace: its own bound, on the records' lags
     warnings, figures = certify(
         [lag for load in loads for lag in load.loop_lags_ms],
         [lag for load in loads for lag in load.send_lags_ms],
         max(load.cpu_util for load in loads),
+        max_send_lag_ms=None if replay else MAX_SEND_LAG_P99_MS,
     )
+    schedule = None
+    if replay:
+        due = [start + int(offset_s * 1e9) for _, offset_s in share.schedule]
+        planned = sum(1 for at in due if deadline is None or at < deadline)
+        schedule, late = schedule_check(records, planned, spec.max_schedule_lag_ms)
+        warnings += late
+        if spec.trace is not None:
+            warnings += prompt_length_warnings(records, spec.trace.requests)
     server = server_block(before, after, maxima).model_copy(update={"samples": samples})
     if after is not None and after.problem:
         problems.add(after.problem)
@@ -396,7 +438,7 @@ async def _run_point(
     )
     if pool is not None:  # only a pooled run says how many processes sent the load
         client = client.model_copy(update={"workers": len(loads)})
-    return PointOutcome(point, records, server, warnings, client)
+    return PointOutcome(point, records, server, warnings, client, schedule)
 
 
 def _token_mismatch(records: list[RequestRecord], generated: int | None) -> list[str]:
@@ -468,9 +510,7 @@ async def drive_open(
             scheduled = start_ns + int(offset_s * 1e9)
             if deadline_ns is not None and scheduled >= deadline_ns:
                 break
-            delay = (scheduled - time.monotonic_ns()) / 1e9
-            if delay > 0:
-                await asyncio.sleep(delay)
+            await _wait_until(scheduled)
             tasks.append(asyncio.create_task(capped(index, scheduled)))
         await asyncio.gather(*tasks)
     finally:
@@ -478,6 +518,17 @@ async def drive_open(
             task.cancel()
 
 
+async def _wait_until(due_ns: int) -> None:
+    """Sleep until `due_ns`: asyncio's timers wake up to a millisecond late (epoll waits in
+    whole milliseconds, rounded up), so sleep to `SPIN_LEAD_NS` before it and then yield to
+    the loop until it is due (the loop's other work runs meanwhile)."""
+    if (delay_ns := due_ns - time.monotonic_ns() - SPIN_LEAD_NS) > 0:
+        await asyncio.sleep(delay_ns / 1e9)
+    while time.monotonic_ns() < due_ns:
+        await asyncio.sleep(0)
+
+
+SPIN_LEAD_NS = 1_500_000
 LOOP_TICK_S = 0.01
 MAX_LOOP_LAG_P99_MS = 20.0  # measured: <1% ITL error at p99 lag up to 17 ms (c=128)
 MAX_SEND_LAG_P99_MS = 10.0
@@ -493,19 +544,25 @@ async def _monitor_loop(lags: list[float], stop: asyncio.Event) -> None:
 
 
 def certify(
-    loop_lags: list[float], send_lags: list[float], cpu_util: float
+    loop_lags: list[float],
+    send_lags: list[float],
+    cpu_util: float,
+    *,
+    max_send_lag_ms: float | None = MAX_SEND_LAG_P99_MS,
 ) -> tuple[list[str], dict[str, float | None]]:
     """The client's self-check for one point: is the client, not the server, the bottleneck?
 
     A point is invalid when the event loop's p99 lag exceeds 20 ms, the p99 lag of sends
-    behind their schedule exceeds 10 ms, or the client process used more than 90% of a core.
+    behind their schedule exceeds `max_send_lag_ms` (10 ms; None: not checked here, as for
+    a trace replay, whose records' lags `replay.schedule_check` holds to its own bound), or
+    the client process used more than 90% of a core.
     """
     loop_p99 = distribution(loop_lags, ci=False).p99
     send_p99 = distribution(send_lags, ci=False).p99
     warnings = []
     if loop_p99 is not None and loop_p99 > MAX_LOOP_LAG_P99_MS:
         warnings.append(f"client event loop lagged {loop_p99:.1f} ms (p99): timings inflated")
-    if send_p99 is not None and send_p99 > MAX_SEND_LAG_P99_MS:
+    if send_p99 is not None and max_send_lag_ms is not None and send_p99 > max_send_lag_ms:
         warnings.append(f"requests left {send_p99:.1f} ms behind schedule (p99)")
     if cpu_util > MAX_CPU_UTIL:
         warnings.append(f"client used {cpu_util:.0%} of a core: it may be the bottleneck")

@@ -1,0 +1,198 @@
+"""Trace replay against the live simulator (servekit.bench.replay and the runner's replay
+point): prompts of exact lengths whose shared hash ids reach the server's prefix cache,
+sends at the trace's timestamps, and a run invalid when the client cannot keep up."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import re
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from servekit.bench.replay import (
+    BlockTexts,
+    Vocabulary,
+    implied_hit_rate,
+    implied_hit_tokens,
+    schedule_check,
+)
+from servekit.bench.runner import run_points
+from servekit.bench.spec import BenchSpec, PointSpec
+from servekit.bench.store import RecordWriter
+from servekit.records import RequestRecord
+from servekit.workload.traces import Trace, TraceRequest
+
+pytestmark = pytest.mark.integration
+
+PROFILE = "llama-3.1-70b-4xh100"  # no EAGLE drafts: hits are whole blocks of the prompt
+MODEL = "Llama-3.1-70B-Instruct"
+SERVER_BLOCK = 16  # the profile's KV block (vLLM's default block size)
+BLOCK = 64  # tokens per hash id in the test traces
+
+
+@pytest.fixture(scope="module")
+def sim_url() -> Iterator[str]:
+    """A live `servekit sim serve` of the profile, 50x real time, on a free port."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "servekit", "sim", "serve", "--profile", PROFILE, "--port", "0",
+         "--time-scale", "0.02", "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        yield str(json.loads(proc.stdout.readline())["url"])
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=10)
+
+
+def prefix_counters(url: str) -> tuple[float, float]:
+    """The simulator's prefix-cache queries and hits counters (tokens)."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=5) as reply:  # noqa: S310
+        text = reply.read().decode()
+
+    def value(name: str) -> float:
+        match = re.search(rf"^{name}_total(?:{{[^}}]*}})? (\S+)$", text, re.M)
+        assert match, name
+        return float(match.group(1))
+
+    return value("vllm:prefix_cache_queries"), value("vllm:prefix_cache_hits")
+
+
+def shared_trace(count: int, gap_s: float) -> Trace:
+    """Half the requests share their first full blocks (two when they have them), a
+    quarter start with an earlier request's full blocks; a last block is partial or full
+    and always its own (as Mooncake's hashes make it)."""
+    rng = random.Random(7)
+    requests: list[TraceRequest] = []
+    for i in range(count):
+        blocks = 2 + i % 3
+        input_len = (blocks - 1) * BLOCK + rng.randint(1, BLOCK)
+        fresh = iter(range(1000 * (i + 1), 1000 * (i + 2)))
+        if i % 2 == 0:
+            shared: tuple[int, ...] = (1, 2)[: blocks - 1]
+        elif i % 4 == 1 and i >= 4:
+            earlier = requests[i - 4].hash_ids or ()
+            shared = earlier[: min(blocks, len(earlier)) - 1]  # its full blocks only
+        else:
+            shared = ()
+        ids = (*shared, *(next(fresh) for _ in range(blocks - len(shared))))
+        requests.append(TraceRequest(round(i * gap_s, 6), input_len, 4 + i % 3, ids, i + 1))
+    return Trace("test.jsonl", "mooncake", tuple(requests), block_tokens=BLOCK)
+
+
+def replay(url: str, trace: Trace, out: Path, **options: object) -> tuple[list[RequestRecord], object]:
+    """Replay a trace as bench's one trace point; its records and outcome."""
+    spec = BenchSpec(url, MODEL, trace=trace, **options)  # type: ignore[arg-type]
+    offsets = tuple(r.offset_s for r in trace.requests)
+    point = PointSpec("trace", rate_rps=len(offsets) / max(offsets[-1], 1e-3),
+                      schedule=offsets, requests=len(offsets))  # fmt: skip
+    with RecordWriter(out) as writer:
+        run = asyncio.run(run_points(spec, [point], writer))
+    assert run.stopped is None
+    (outcome,) = run.outcomes
+    return outcome.records, outcome
+
+
+def test_replay_sends_exact_prompts_at_the_trace_times(sim_url: str, tmp_path: Path) -> None:
+    """Every request is sent once, its prompt has exactly input_len tokens as the server
+    counted them, its send is scheduled at exactly the trace's offset, and the server's
+    prefix-cache hits match the trace's implied hits within one server block per request."""
+    trace = shared_trace(24, 0.02)
+    queries0, hits0 = prefix_counters(sim_url)
+    records, outcome = replay(sim_url, trace, tmp_path, warmup=2, input_len=32)
+    queries1, hits1 = prefix_counters(sim_url)
+    by_index = {int(r.id.rpartition("-")[2]): r for r in records}
+    assert sorted(by_index) == list(range(24))
+    assert all(r.ok for r in records)
+    assert [by_index[i].prompt_tokens for i in range(24)] == [r.input_len for r in trace.requests]
+    assert [by_index[i].output_tokens for i in range(24)] == [r.output_len for r in trace.requests]
+    first = by_index[0].scheduled_ns
+    assert [by_index[i].scheduled_ns - first for i in range(24)] == [
+        int(r.offset_s * 1e9) for r in trace.requests
+    ]
+    assert queries1 - queries0 == sum(r.input_len for r in trace.requests) + 2 * 32
+    implied = sum(implied_hit_tokens(trace.requests, BLOCK))
+    assert implied > 0
+    assert abs(hits1 - hits0 - implied) <= SERVER_BLOCK * len(trace.requests)
+    schedule = outcome.schedule  # type: ignore[attr-defined]
+    assert (schedule.planned, schedule.sent, schedule.lag_ms.count) == (24, 24, 24)
+    assert schedule.max_lag_ms_p99 == 10.0
+    assert all(r.sent_ns >= r.scheduled_ns for r in records)
+
+
+@pytest.mark.parametrize(("gap_s", "cap"), [(0.0, 4), (1 / 5000, None)])
+def test_a_trace_faster_than_the_client_is_invalid(
+    sim_url: str, tmp_path: Path, gap_s: float, cap: int | None
+) -> None:
+    """200 requests at one timestamp with at most 4 in flight, or at 5000 requests/s: the
+    sends fall far behind the trace and the point is invalid, naming the p99 lag and the
+    bound; every send is accounted for."""
+    requests = tuple(TraceRequest(i * gap_s, 32, 2, None, line=i + 1) for i in range(200))
+    trace = Trace("burst.jsonl", "jsonl", requests)
+    spec = BenchSpec(sim_url, MODEL, trace=trace, max_schedule_lag_ms=5.0)
+    offsets = tuple(r.offset_s for r in requests)
+    point = PointSpec("trace", rate_rps=5000.0, schedule=offsets, requests=200,
+                      max_concurrency=cap)  # fmt: skip
+    with RecordWriter(tmp_path) as writer:
+        run = asyncio.run(run_points(spec, [point], writer))
+    (outcome,) = run.outcomes
+    assert outcome.client is not None and not outcome.client.valid
+    late = [w for w in outcome.warnings if "behind the trace's timestamps" in w]
+    assert len(late) == 1 and "bound of 5 ms" in late[0]
+    assert outcome.schedule is not None
+    assert (outcome.schedule.planned, outcome.schedule.sent) == (200, 200)
+    assert not outcome.schedule.valid and outcome.schedule.lag_ms.p99 > 5.0
+    assert all(r.prompt_tokens == 32 for r in outcome.records)
+
+
+def test_equal_ids_give_equal_text_and_cuts_are_prefixes() -> None:
+    """A block's words depend only on its id; a cut block is the start of the full one."""
+    vocab = Vocabulary(("a", "bb", "c"), (1, 2, 1), 0)
+    blocks = BlockTexts(vocab, 10, seed=3)
+    full = blocks.prompt_words((7, 8), 20, random.Random(1))
+    cut = blocks.prompt_words((7, 8), 15, random.Random(2))
+    assert sum(vocab.counts[w] for w in full) == 20
+    assert sum(vocab.counts[w] for w in cut) == 15
+    assert blocks.text(full).startswith(blocks.text(blocks.block(7)))
+    assert blocks.text(cut)[: len(blocks.text(blocks.block(7)))] == blocks.text(blocks.block(7))
+    assert BlockTexts(vocab, 10, seed=3).block(8) == blocks.block(8)
+
+
+def test_implied_hits_count_full_leading_blocks_seen_before() -> None:
+    """Hits are the leading chain an earlier request started with, whole blocks only,
+    capped one token short of the prompt."""
+    requests = [
+        TraceRequest(0.0, 150, 1, (1, 2, 3)),
+        TraceRequest(0.1, 150, 1, (1, 2, 4)),  # shares two blocks
+        TraceRequest(0.2, 100, 1, (1, 2)),  # all of it seen: capped at 99
+        TraceRequest(0.3, 150, 1, (9, 2, 3)),  # same ids, other chain: nothing
+        TraceRequest(0.4, 40, 1, (1,)),  # the shared block is partial here
+        TraceRequest(0.5, 30, 1, None),
+    ]
+    assert implied_hit_tokens(requests, 50) == [0, 100, 99, 0, 0, 0]
+    assert implied_hit_rate(requests, 50) == pytest.approx(199 / 620)
+
+
+def test_schedule_check_counts_sends_and_bounds_the_lag() -> None:
+    """A missing record and a p99 lag over the bound are both named."""
+    records = [
+        RequestRecord(id=f"trace-{i}", point="trace", scheduled_ns=i * 10**6,
+                      sent_ns=i * 10**6 + lag, first_token_ns=None, first_answer_ns=None,
+                      end_ns=i * 10**6 + lag + 5)
+        for i, lag in enumerate([0, 10**6, 2 * 10**6, 30 * 10**6])
+    ]  # fmt: skip
+    block, warnings = schedule_check(records, 5, 10.0)
+    assert (block.planned, block.sent, block.valid) == (5, 4, False)
+    assert block.lag_ms.count == 4
+    assert any("4 of 5 planned sends have a record: 1 missing" in w for w in warnings)
+    assert any("over the bound of 10 ms" in w for w in warnings)
+    fine, none = schedule_check(records[:3], 3, 10.0)
+    assert fine.valid and none == []
