@@ -8,7 +8,9 @@ tokens) through `run_points`, a fresh set of hash ids each round, and prints the
 planning rate (requests planned per second, `/tokenize` sizing included) and the
 schedule lag of every send (record sent_ns - scheduled_ns: from the trace's timestamp to
 the request's last byte written) as p50 / p99 / max, with the sends accounted against
-the schedule. Then the spread over the rounds.
+the schedule. Before each round, a bare busy-wait on the same core for 10 s (no event
+loop, no I/O) gives the machine's own scheduling noise, the floor any sender sits on.
+Then the spread over the rounds.
 
 Run: PYTHONPATH=src .venv/bin/python benchmarks/bench_replay_lag.py [--rounds 3]
 """
@@ -53,9 +55,7 @@ def make_trace(rate: float, duration_s: float, round_: int) -> Trace:
         ns = 1_000_000 * (round_ + 1) + 100 * i
         shared = (ns // 1000 * 1000 + 1, ns // 1000 * 1000 + 2)[: blocks - 1] if i % 2 else ()
         ids = (*shared, *range(ns + 10, ns + 10 + blocks - len(shared)))
-        requests.append(
-            TraceRequest(round(t - base, 6), input_len, rng.randint(4, 32), ids, i + 1)
-        )
+        requests.append(TraceRequest(round(t - base, 6), input_len, rng.randint(4, 32), ids, i + 1))
     return Trace("bench", "mooncake", tuple(requests), block_tokens=BLOCK)
 
 
@@ -80,10 +80,26 @@ async def planning_rate(url: str, trace: Trace) -> float:
         return len(trace.requests) / (time.perf_counter() - start)
 
 
+def timer_floor(rate: float, duration_s: float) -> float:
+    """p99 lateness (ms) of a bare busy-wait for RATE deadlines a second, no event loop, no
+    I/O: what the machine's scheduling alone costs any sender on this core right now."""
+    late = []
+    due = time.monotonic_ns()
+    for _ in range(int(rate * duration_s)):
+        due += int(1e9 / rate)
+        if (ahead := due - time.monotonic_ns() - 2_000_000) > 0:
+            time.sleep(ahead / 1e9)
+        while time.monotonic_ns() < due:
+            pass
+        late.append((time.monotonic_ns() - due) / 1e6)
+    return sorted(late)[int(len(late) * 0.99)]
+
+
 def one_round(
     url: str, rate: float, duration_s: float, round_: int, metrics_interval_s: float
 ) -> dict[str, float]:
     """Replay one trace; its planning rate and schedule-lag figures."""
+    floor = timer_floor(rate, 10.0)
     trace = make_trace(rate, duration_s, round_)
     planned_per_s = asyncio.run(planning_rate(url, trace))
     offsets = tuple(r.offset_s for r in trace.requests)
@@ -106,6 +122,7 @@ def one_round(
         "max": lags[-1],
         "task_lag_p99": (outcome.client.send_lag_ms_p99 or 0.0) if outcome.client else 0.0,
         "valid": float(outcome.schedule.valid),
+        "floor_p99": floor,
     }
 
 
@@ -129,13 +146,14 @@ def main() -> None:
                 f"round {round_ + 1}: {row['sent']:.0f}/{row['requests']:.0f} sent "
                 f"({row['failed']:.0f} failed), planned {row['planned_per_s']:.0f} req/s, "
                 f"lag p50 {row['p50']:.3f} / p99 {row['p99']:.3f} / max {row['max']:.3f} ms "
-                f"(task start p99 {row['task_lag_p99']:.3f}), valid {bool(row['valid'])}",
+                f"(task start p99 {row['task_lag_p99']:.3f}), valid {bool(row['valid'])}; bare "
+                f"busy-wait p99 {row['floor_p99']:.3f} ms, load {os.getloadavg()[0]:.1f}",
                 flush=True,
             )
     finally:
         proc.terminate()
         proc.communicate(timeout=10)
-    for key in ("planned_per_s", "p50", "p99", "max"):
+    for key in ("planned_per_s", "p50", "p99", "max", "floor_p99"):
         values = [row[key] for row in rows]
         print(f"{key}: median {statistics.median(values):.3f}, range {min(values):.3f}-"
               f"{max(values):.3f}")  # fmt: skip

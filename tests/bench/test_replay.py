@@ -88,7 +88,9 @@ def shared_trace(count: int, gap_s: float) -> Trace:
     return Trace("test.jsonl", "mooncake", tuple(requests), block_tokens=BLOCK)
 
 
-def replay(url: str, trace: Trace, out: Path, **options: object) -> tuple[list[RequestRecord], object]:
+def replay(
+    url: str, trace: Trace, out: Path, **options: object
+) -> tuple[list[RequestRecord], object]:
     """Replay a trace as bench's one trace point; its records and outcome."""
     spec = BenchSpec(url, MODEL, trace=trace, **options)  # type: ignore[arg-type]
     offsets = tuple(r.offset_s for r in trace.requests)
@@ -144,12 +146,15 @@ def test_a_trace_faster_than_the_client_is_invalid(
     with RecordWriter(tmp_path) as writer:
         run = asyncio.run(run_points(spec, [point], writer))
     (outcome,) = run.outcomes
-    assert outcome.client is not None and not outcome.client.valid
+    assert outcome.client is not None
+    assert not outcome.client.valid
     late = [w for w in outcome.warnings if "behind the trace's timestamps" in w]
-    assert len(late) == 1 and "bound of 5 ms" in late[0]
+    assert len(late) == 1
+    assert "bound of 5 ms" in late[0]
     assert outcome.schedule is not None
     assert (outcome.schedule.planned, outcome.schedule.sent) == (200, 200)
-    assert not outcome.schedule.valid and outcome.schedule.lag_ms.p99 > 5.0
+    assert not outcome.schedule.valid
+    assert outcome.schedule.lag_ms.p99 > 5.0
     assert all(r.prompt_tokens == 32 for r in outcome.records)
 
 
@@ -195,4 +200,5 @@ def test_schedule_check_counts_sends_and_bounds_the_lag() -> None:
     assert any("4 of 5 planned sends have a record: 1 missing" in w for w in warnings)
     assert any("over the bound of 10 ms" in w for w in warnings)
     fine, none = schedule_check(records[:3], 3, 10.0)
-    assert fine.valid and none == []
+    assert fine.valid
+    assert none == []
