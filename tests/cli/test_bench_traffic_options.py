@@ -141,6 +141,12 @@ def test_bad_trace_file_is_one_line_exit_2(tmp_path: Path) -> None:
     assert lines[0].startswith(f"servekit: error: {path}:2: hash_ids is missing; ")
 
 
+LENGTHS_REFUSED = (
+    "--trace gives every request's lengths and prefix sharing; it cannot take --input-len, "
+    "--output-len or --shared-prefix"
+)
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
@@ -155,6 +161,9 @@ def test_bad_trace_file_is_one_line_exit_2(tmp_path: Path) -> None:
         ),
         (["--rate", "2"], "--trace sets the send times; it cannot take --concurrency or --rate"),
         (["--workers", "2"], "--trace with --workers > 1 is not supported yet"),
+        (["--input-len", "64"], LENGTHS_REFUSED),
+        (["--output-len", "64"], LENGTHS_REFUSED),
+        (["--shared-prefix", "16"], LENGTHS_REFUSED),
     ],
 )
 def test_trace_refusals(trace_file: Path, extra: list[str], message: str) -> None:
