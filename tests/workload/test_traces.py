@@ -225,7 +225,7 @@ def test_unknown_format_and_bad_options() -> None:
         ),
         (
             '{"timestamp": 5, "input_length": 513, "output_length": 5, "hash_ids": [0]}',
-            "t:2: hash_ids holds 1 ids but input_length 513 is 2 blocks of 512 tokens",
+            "t:2: hash_ids holds 1 id but input_length 513 is 2 blocks of 512 tokens",
         ),
         ("[1, 2]", "t:2: each line must be a JSON object"),
     ],
@@ -303,7 +303,7 @@ def test_only_failed_rows_is_an_empty_window() -> None:
     text = BURST_HEADER + "0,ChatGPT,5,0,5,API log\n"
     assert errors(text, "burstgpt") == (
         "t: no request in the window [0 s, end) of a trace that spans 0 to 0 s "
-        "(1 failed rows skipped)"
+        "(1 failed row skipped)"
     )
 
 
@@ -457,3 +457,11 @@ def test_burstgpt_and_azure_examples() -> None:
     assert azure.requests[-1].offset_s == pytest.approx(18.0, abs=1e-6)
     assert azure.requests[3].offset_s == pytest.approx(4.8317556, abs=1e-6)
     assert sum(r.input_len for r in azure.requests) == 7562
+
+
+def test_hash_ids_count_error_for_one_block() -> None:
+    """A one-block prompt with two ids says so in the singular."""
+    text = mooncake((0, 400, 5, [1, 2]))
+    assert errors(text, "mooncake") == (
+        "t:1: hash_ids holds 2 ids but input_length 400 is 1 block of 512 tokens"
+    )

@@ -173,7 +173,8 @@ def load_trace(
         window = f"[{start_s:g} s, {'end' if duration_s is None else f'{end_s:g} s'})"
         raise UsageError(
             f"{where}: no request in the window {window} of a trace that spans "
-            f"0 to {last_s:g} s" + (f" ({skipped} failed rows skipped)" if skipped else ""),
+            f"0 to {last_s:g} s"
+            + (f" ({_count(skipped, 'failed row')} skipped)" if skipped else ""),
             fix="move --trace-start or widen --trace-duration into the trace",
         )
     requests = tuple(kept)
@@ -283,6 +284,10 @@ def _check_fits(row: _Row, where: str, spec: _Format, max_model_len: int | None)
         )
 
 
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" + ("" if number == 1 else "s")
+
+
 def _shown(value: float) -> str:
     return str(int(value)) if value == int(value) else f"{value:g}"
 
@@ -381,8 +386,8 @@ def _hash_ids(
     blocks = -(-input_len // block_tokens)
     if len(value) != blocks:
         raise UsageError(
-            f"{loc}: hash_ids holds {len(value)} ids but {spec.input_len} {input_len} is "
-            f"{blocks} block{'s' if blocks != 1 else ''} of {block_tokens} tokens",
+            f"{loc}: hash_ids holds {_count(len(value), 'id')} but {spec.input_len} "
+            f"{input_len} is {_count(blocks, 'block')} of {block_tokens} tokens",
             fix="one id per block (the last may be partial); --trace-block-tokens sets the "
             "block size",
         )
