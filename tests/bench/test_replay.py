@@ -19,15 +19,13 @@ import pytest
 from servekit.bench.replay import (
     BlockTexts,
     Vocabulary,
-    implied_hit_rate,
-    implied_hit_tokens,
     schedule_check,
 )
 from servekit.bench.runner import run_points
 from servekit.bench.spec import BenchSpec, PointSpec
 from servekit.bench.store import RecordWriter
 from servekit.records import RequestRecord
-from servekit.workload.traces import Trace, TraceRequest
+from servekit.workload.traces import Trace, TraceRequest, implied_hits
 
 pytestmark = pytest.mark.integration
 
@@ -121,7 +119,7 @@ def test_replay_sends_exact_prompts_at_the_trace_times(sim_url: str, tmp_path: P
         int(r.offset_s * 1e9) for r in trace.requests
     ]
     assert queries1 - queries0 == sum(r.input_len for r in trace.requests) + 2 * 32
-    implied = sum(implied_hit_tokens(trace.requests, BLOCK))
+    implied = sum(implied_hits(trace))
     assert implied > 0
     assert abs(hits1 - hits0 - implied) <= SERVER_BLOCK * len(trace.requests)
     schedule = outcome.schedule  # type: ignore[attr-defined]
@@ -169,21 +167,6 @@ def test_equal_ids_give_equal_text_and_cuts_are_prefixes() -> None:
     assert blocks.text(full).startswith(blocks.text(blocks.block(7)))
     assert blocks.text(cut)[: len(blocks.text(blocks.block(7)))] == blocks.text(blocks.block(7))
     assert BlockTexts(vocab, 10, seed=3).block(8) == blocks.block(8)
-
-
-def test_implied_hits_count_full_leading_blocks_seen_before() -> None:
-    """Hits are the leading chain an earlier request started with, whole blocks only,
-    capped one token short of the prompt."""
-    requests = [
-        TraceRequest(0.0, 150, 1, (1, 2, 3)),
-        TraceRequest(0.1, 150, 1, (1, 2, 4)),  # shares two blocks
-        TraceRequest(0.2, 100, 1, (1, 2)),  # all of it seen: capped at 99
-        TraceRequest(0.3, 150, 1, (9, 2, 3)),  # same ids, other chain: nothing
-        TraceRequest(0.4, 40, 1, (1,)),  # the shared block is partial here
-        TraceRequest(0.5, 30, 1, None),
-    ]
-    assert implied_hit_tokens(requests, 50) == [0, 100, 99, 0, 0, 0]
-    assert implied_hit_rate(requests, 50) == pytest.approx(199 / 620)
 
 
 def test_schedule_check_counts_sends_and_bounds_the_lag() -> None:

@@ -73,37 +73,6 @@ class TracePrompts:
     problems: list[str]
 
 
-def implied_hit_tokens(requests: Sequence[TraceRequest], block_tokens: int) -> list[int]:
-    """Per request, in send order, the prompt tokens a prefix cache should find.
-
-    The longest run of a request's leading `hash_ids` that an earlier request also started
-    with counts its full blocks, `block_tokens` each, capped at `input_len - 1` (the last
-    prompt token is always recomputed); requests without ids hit nothing.
-    """
-    chains: dict[tuple[int, int], int] = {}  # (parent chain, id) -> chain
-    out = []
-    for request in requests:
-        ids = request.hash_ids or ()
-        chain, shared = 0, 0
-        for index, ident in enumerate(ids):
-            known = chains.get((chain, ident))
-            if known is None:
-                break
-            chain, shared = known, index + 1
-        full = min(shared, request.input_len // block_tokens)
-        out.append(max(min(full * block_tokens, request.input_len - 1), 0))
-        chain = 0
-        for ident in ids:
-            chain = chains.setdefault((chain, ident), len(chains) + 1)
-    return out
-
-
-def implied_hit_rate(requests: Sequence[TraceRequest], block_tokens: int) -> float | None:
-    """Implied hit tokens over all prompt tokens (None for an empty trace)."""
-    total = sum(r.input_len for r in requests)
-    return sum(implied_hit_tokens(requests, block_tokens)) / total if total else None
-
-
 async def measure_vocabulary(sizer: Sizer, seed: int) -> Vocabulary:
     """Count the candidate words: the syllables and seeded two-syllable words, each as the
     server counts it after another word; words longer than `MAX_WORD_TOKENS` are dropped."""
