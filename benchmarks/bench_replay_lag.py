@@ -3,7 +3,7 @@
 `servekit sim serve` (llama-3.1-70b-4xh100, real time) runs in its own process, pinned to
 core 1 when `taskset` exists; this client is pinned to core 0. Each round replays a
 Mooncake-style trace of RATE requests/s for DURATION s (Poisson arrivals, prompts of 1-4
-blocks of 64 tokens with half the requests sharing their first blocks, 4-32 output
+blocks of 64 tokens (16 at least) with half the requests sharing their first blocks, 4-32 output
 tokens) through `run_points`, a fresh set of hash ids each round, and prints the
 planning rate (requests planned per second, `/tokenize` sizing included) and the
 schedule lag of every send (record sent_ns - scheduled_ns: from the trace's timestamp to
@@ -51,7 +51,7 @@ def make_trace(rate: float, duration_s: float, round_: int) -> Trace:
     requests = []
     for i, t in enumerate(offsets):
         blocks = rng.randint(1, 4)
-        input_len = (blocks - 1) * BLOCK + rng.randint(1, BLOCK)
+        input_len = (blocks - 1) * BLOCK + rng.randint(16, BLOCK)  # over the chat template
         ns = 1_000_000 * (round_ + 1) + 100 * i
         shared = (ns // 1000 * 1000 + 1, ns // 1000 * 1000 + 2)[: blocks - 1] if i % 2 else ()
         ids = (*shared, *range(ns + 10, ns + 10 + blocks - len(shared)))

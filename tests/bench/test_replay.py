@@ -18,12 +18,15 @@ import pytest
 
 from servekit.bench.replay import (
     BlockTexts,
+    TracePrompts,
     Vocabulary,
     schedule_check,
+    trace_prompts,
 )
 from servekit.bench.runner import run_points
-from servekit.bench.spec import BenchSpec, PointSpec
+from servekit.bench.spec import BenchSpec, PointOutcome, PointSpec
 from servekit.bench.store import RecordWriter
+from servekit.client.endpoint import open_endpoint
 from servekit.records import RequestRecord
 from servekit.workload.traces import Trace, TraceRequest, implied_hits
 
@@ -88,7 +91,7 @@ def shared_trace(count: int, gap_s: float) -> Trace:
 
 def replay(
     url: str, trace: Trace, out: Path, **options: object
-) -> tuple[list[RequestRecord], object]:
+) -> tuple[list[RequestRecord], PointOutcome]:
     """Replay a trace as bench's one trace point; its records and outcome."""
     spec = BenchSpec(url, MODEL, trace=trace, **options)  # type: ignore[arg-type]
     offsets = tuple(r.offset_s for r in trace.requests)
@@ -122,7 +125,8 @@ def test_replay_sends_exact_prompts_at_the_trace_times(sim_url: str, tmp_path: P
     implied = sum(implied_hits(trace))
     assert implied > 0
     assert abs(hits1 - hits0 - implied) <= SERVER_BLOCK * len(trace.requests)
-    schedule = outcome.schedule  # type: ignore[attr-defined]
+    schedule = outcome.schedule
+    assert schedule is not None
     assert (schedule.planned, schedule.sent, schedule.lag_ms.count) == (24, 24, 24)
     assert schedule.max_lag_ms_p99 == 10.0
     assert all(r.sent_ns >= r.scheduled_ns for r in records)
@@ -152,7 +156,7 @@ def test_a_trace_faster_than_the_client_is_invalid(
     assert outcome.schedule is not None
     assert (outcome.schedule.planned, outcome.schedule.sent) == (200, 200)
     assert not outcome.schedule.valid
-    assert outcome.schedule.lag_ms.p99 > 5.0
+    assert (outcome.schedule.lag_ms.p99 or 0.0) > 5.0
     assert all(r.prompt_tokens == 32 for r in outcome.records)
 
 
@@ -185,3 +189,37 @@ def test_schedule_check_counts_sends_and_bounds_the_lag() -> None:
     fine, none = schedule_check(records[:3], 3, 10.0)
     assert fine.valid
     assert none == []
+
+
+def test_a_prompt_that_cannot_be_exact_is_named(sim_url: str, tmp_path: Path) -> None:
+    """A chat prompt shorter than the chat template is named in the counting method and
+    the point warns with its trace line; the others are exact."""
+    requests = (
+        TraceRequest(0.0, 100, 2, (1, 2), line=1),
+        TraceRequest(0.01, 4, 2, (3,), line=2),  # the simulator's template alone is 11
+    )
+    trace = Trace("short.jsonl", "mooncake", requests, block_tokens=BLOCK)
+    records, outcome = replay(sim_url, trace, tmp_path)
+    assert sorted(r.prompt_tokens for r in records) == [12, 100]
+    assert any(
+        "1 request(s) reached the server with another prompt length" in w
+        and "trace line 2: 12 tokens, not 4" in w
+        for w in outcome.warnings
+    )
+
+
+def test_planning_names_the_inexact_prompt_and_the_method(sim_url: str) -> None:
+    """trace_prompts counts with the server and names the prompt it could not size."""
+    requests = (TraceRequest(0.0, 70, 2, (1, 2)), TraceRequest(0.0, 4, 2, (3,), line=9))
+
+    async def plan() -> TracePrompts:
+        async with open_endpoint(sim_url) as endpoint:
+            spec = BenchSpec(sim_url, MODEL)
+            return await trace_prompts(endpoint, spec, requests, BLOCK)
+
+    planned = asyncio.run(plan())
+    assert planned.method == "server /tokenize"
+    assert planned.problems == [
+        "trace line 9: its prompt counts 12 tokens, not input_len 4 (the prompt's template "
+        "and special tokens alone count 11)"
+    ]

@@ -201,15 +201,21 @@ async def trace_prompts(
             problems.append((request, counted))
 
     await asyncio.gather(*(fit(i, requests[i]) for i in hashed))
+    problems.sort(key=lambda problem: problem[0].line)
     return TracePrompts(
-        prompts, sizer.method if hashed else method, [_problem(r, c) for r, c in problems]
+        prompts, sizer.method, [_problem(r, c, vocab.overhead) for r, c in problems]
     )
 
 
-def _problem(request: TraceRequest, counted: int | None) -> str:
+def _problem(request: TraceRequest, counted: int | None, overhead: int) -> str:
+    why = (
+        f"the prompt's template and special tokens alone count {overhead}"
+        if request.input_len <= overhead
+        else "the tokenizer merges tokens across the words' spaces"
+    )
     return (
-        f"trace line {request.line}: the prompt counts {counted} tokens, not input_len "
-        f"{request.input_len} (the tokenizer does not split at spaces)"
+        f"trace line {request.line}: its prompt counts {counted} tokens, not input_len "
+        f"{request.input_len} ({why})"
     )
 
 
