@@ -8,6 +8,7 @@ import asyncio
 import json
 import random
 import re
+import string
 import subprocess
 import sys
 import urllib.request
@@ -15,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 from servekit.bench.replay import (
     BlockTexts,
@@ -28,6 +30,7 @@ from servekit.bench.spec import BenchSpec, PointOutcome, PointSpec
 from servekit.bench.store import RecordWriter
 from servekit.client.endpoint import open_endpoint
 from servekit.records import RequestRecord
+from servekit.workload.synthetic import words
 from servekit.workload.traces import Trace, TraceRequest, implied_hits
 
 pytestmark = pytest.mark.integration
@@ -223,3 +226,42 @@ def test_planning_names_the_inexact_prompt_and_the_method(sim_url: str) -> None:
         "trace line 9: its prompt counts 12 tokens, not input_len 4 (the prompt's template "
         "and special tokens alone count 11)"
     ]
+
+
+class _NoTokenize:
+    """An endpoint without /tokenize: the local tokenizer.json counts."""
+
+    async def tokenize(self, body: object, *, timeout_s: float) -> int | None:
+        """No count, as from a server without the route."""
+        return None
+
+
+def test_byte_level_bpe_prompts_are_exact_and_share_whole_blocks(tmp_path: Path) -> None:
+    """With a byte-level BPE tokenizer (trained here: a space and a letter are one token,
+    every syllable two), every prompt counts exactly input_len, odd lengths too, and two
+    requests that share their first two ids share exactly two blocks of tokens."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    trainer = trainers.BpeTrainer(vocab_size=296, initial_alphabet=alphabet, show_progress=False)
+    letters = random.Random(1).choices(string.ascii_lowercase, k=20000)
+    tok.train_from_iterator([" ".join(letters), words(3000, random.Random(2))], trainer)
+    tok.save(str(tmp_path / "tok.json"))
+    rng = random.Random(3)
+    requests = []
+    for i in range(40):
+        blocks = 3 + i % 2
+        ids = (1, 2) if i % 2 else ()
+        ids += tuple(range(100 * i, 100 * i + blocks - len(ids)))
+        requests.append(TraceRequest(0.0, 2 * BLOCK + rng.randint(1, BLOCK), 1, ids, i + 1))
+    spec = BenchSpec(
+        "http://127.0.0.1:9", "m", api="completions", tokenizer=str(tmp_path / "tok.json")
+    )
+    planned = asyncio.run(trace_prompts(_NoTokenize(), spec, requests, BLOCK))  # type: ignore[arg-type]
+    assert planned.method == "local tokenizer.json"
+    assert planned.problems == []
+    ids = [tok.encode(p, add_special_tokens=False).ids for p in planned.prompts]
+    assert [len(t) for t in ids] == [r.input_len for r in requests]
+    a, b = ids[1], ids[3]
+    assert a[: 2 * BLOCK] == b[: 2 * BLOCK]
+    assert a[2 * BLOCK] != b[2 * BLOCK] or a[2 * BLOCK + 1] != b[2 * BLOCK + 1]

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import string
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -38,11 +39,11 @@ if TYPE_CHECKING:
     from servekit.bench.spec import BenchSpec
     from servekit.client.endpoint import Endpoint
 
-VOCABULARY_WORDS = 64  # candidate words whose token counts are measured
+VOCABULARY_WORDS = 90  # candidate words whose token counts are measured
 MAX_WORD_TOKENS = 4  # longer words are dropped from the vocabulary
 RECUTS = 4  # tries to re-cut a prompt's tail when its whole count is off
 COUNT_CONCURRENCY = 16  # /tokenize calls in flight while checking prompts
-# Short pseudo-words: most count one token in any BPE or SentencePiece vocabulary.
+# Short pseudo-words, most of them one or two tokens in BPE and SentencePiece vocabularies.
 _SYLLABLES = (
     "ba", "ce", "di", "fo", "gu", "ha", "je", "ki", "lo", "mu", "na", "pe", "qi", "ro", "su",
     "te", "vi", "wo", "xu", "ya", "zo", "bi", "da", "fe",
@@ -74,10 +75,11 @@ class TracePrompts:
 
 
 async def measure_vocabulary(sizer: Sizer, seed: int) -> Vocabulary:
-    """Count the candidate words: the syllables and seeded two-syllable words, each as the
-    server counts it after another word; words longer than `MAX_WORD_TOKENS` are dropped."""
+    """Count the candidate words: single letters (one token in most vocabularies, so any
+    length can be composed), syllables and seeded two-syllable words, each as the server
+    counts it after another word; words longer than `MAX_WORD_TOKENS` are dropped."""
     rng = random.Random(f"servekit-replay-vocabulary:{seed}")
-    candidates = list(dict.fromkeys([*_SYLLABLES, *(
+    candidates = list(dict.fromkeys([*string.ascii_lowercase, *_SYLLABLES, *(
         rng.choice(_SYLLABLES) + rng.choice(_SYLLABLES) for _ in range(VOCABULARY_WORDS)
     )]))[:VOCABULARY_WORDS]  # fmt: skip
     anchor = await sizer.count(f" {_ANCHOR}")
