@@ -12,7 +12,8 @@ the schedule. Before each round, a bare busy-wait on the same core for 10 s (no 
 loop, no I/O) gives the machine's own scheduling noise, the floor any sender sits on.
 Then the spread over the rounds.
 
-Run: PYTHONPATH=src .venv/bin/python benchmarks/bench_replay_lag.py [--rounds 3]
+Run: PYTHONPATH=src .venv/bin/python benchmarks/bench_replay_lag.py [--rounds 3] [--no-spin]
+(`--no-spin`: each send after one `asyncio.sleep`, as the open loop slept before.)
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from servekit.bench import runner
 from servekit.bench.replay import trace_prompts
 from servekit.bench.runner import run_points
 from servekit.bench.spec import BenchSpec, PointSpec
@@ -133,7 +135,12 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=20.0)
     parser.add_argument("--duration", type=float, default=30.0)
     parser.add_argument("--metrics-interval", type=float, default=0.25)
+    parser.add_argument(
+        "--no-spin", action="store_true", help="sleep to each send without the final spin"
+    )
     args = parser.parse_args()
+    if args.no_spin:  # the open loop as it was: one asyncio.sleep to the send time
+        runner.SPIN_LEAD_NS = 0
     if hasattr(os, "sched_setaffinity") and shutil.which("taskset"):
         os.sched_setaffinity(0, {0})
     proc, url = start_server()
