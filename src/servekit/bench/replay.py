@@ -3,7 +3,11 @@
 A request with `hash_ids` gets a prompt made of one text block per id, in order: equal ids
 give exactly equal text, every full block counts exactly `block_tokens` tokens as the
 server tokenizes it, and the last block is cut so the whole prompt counts the request's
-`input_len` (for chat, the chat template's tokens included, as bench counts every prompt).
+`input_len` (for chat, the chat template's tokens included, as bench counts every prompt:
+they come out of the last block, so requests sharing k leading ids share the template's
+opening tokens and exactly k blocks). A cut block is the start of the full one. Block text
+depends on the id and `BenchSpec.seed`: a replay repeated on one server finds its blocks
+cached unless the seed changes.
 Blocks are space-separated pseudo-words drawn from a small vocabulary whose words' token
 counts are measured once with the server's `/tokenize` (through `bench.sizing.Sizer`, so the
 local `--tokenizer` or the one-word-per-token approximation stand in the same way). Every
