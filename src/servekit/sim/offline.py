@@ -4,6 +4,8 @@ Produces the same `RequestRecord`s a real load test writes, with nanosecond time
 virtual clock, far faster than real time. A closed loop keeps `concurrency` requests in
 flight and sends the next one the moment one finishes; an open loop sends requests at the
 arrival times of `servekit.workload.synthetic` (Poisson, gamma or constant), as bench does.
+The loop is driven by a point's `Traffic`: the fixed-length requests of a `LoadPoint`, or a
+trace replay, sessions or agent loops (`servekit.sim.traffic`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any, Protocol
 from servekit.errors import SimulationError
 from servekit.records import RequestRecord
 from servekit.sim.engine import Engine, SimRequest
+from servekit.sim.traffic import SessionsPoint, SessionsTraffic, TracePoint, TraceTraffic
 from servekit.workload.synthetic import arrival_offsets
 
 NS = 1_000_000_000
@@ -90,8 +93,12 @@ class Traffic(Protocol):
     """What a load point sends: requests that arrive at planned times, and the requests that
     a finished one releases (a closed loop's next request, a session's next turn).
 
-    Keys are the traffic's own handles for its planned requests.
+    Keys are the traffic's own handles for its planned requests. A `refusable` traffic's
+    requests that the engine refuses (longer than max_model_len) end at once as failures;
+    otherwise the refusal is raised.
     """
+
+    refusable: bool
 
     def start(self, start_ns: int, rng: random.Random) -> list[tuple[int, int]]:
         """The first arrivals: (virtual time in ns, key), in time order."""
@@ -102,15 +109,18 @@ class Traffic(Protocol):
         ...
 
     def finished(
-        self, key: int, request: SimRequest, now_ns: int
+        self, key: int, request: SimRequest, now_ns: int, error: str | None
     ) -> tuple[dict[str, Any], list[tuple[int, int]]]:
-        """A request ended at `now_ns`: its record's fields beyond the timeline, and the
-        arrivals it releases (those due by `now_ns` are sent at once, in order)."""
+        """A request ended at `now_ns` (or was refused with `error`, the engine's message):
+        its record's fields beyond the timeline, and the arrivals it releases (those due by
+        `now_ns` are sent at once, in order)."""
         ...
 
 
 class _FixedTraffic:
     """A `LoadPoint`'s fixed-length requests: a closed loop or an open loop's arrivals."""
+
+    refusable = False
 
     def __init__(self, point: LoadPoint) -> None:
         self.point = point
@@ -131,21 +141,32 @@ class _FixedTraffic:
         return SimRequest(rid, point.input_len, point.output_len, point.temperature)
 
     def finished(
-        self, key: int, request: SimRequest, now_ns: int
+        self, key: int, request: SimRequest, now_ns: int, error: str | None
     ) -> tuple[dict[str, Any], list[tuple[int, int]]]:
         point = self.point
         more = point.concurrency is not None and self.issued < point.requests
         return self.fields, [(now_ns, 0)] if more else []
 
 
+AnyPoint = LoadPoint | TracePoint | SessionsPoint
+"""A load point of fixed-length requests, a trace replay, or sessions."""
+
+
 def run_point(
-    engine: Engine, point: LoadPoint, rng: random.Random, *, start_ns: int = 0
+    engine: Engine, point: AnyPoint, rng: random.Random, *, start_ns: int = 0
 ) -> PointRun:
-    """Run one fixed-length load point to completion on an engine.
+    """Run one load point to completion on an engine.
 
     Records come in completion order, as a live run would append them.
     """
-    return run_traffic(engine, _FixedTraffic(point), point.label, rng, start_ns=start_ns)
+    traffic: Traffic
+    if isinstance(point, LoadPoint):
+        traffic = _FixedTraffic(point)
+    elif isinstance(point, TracePoint):
+        traffic = TraceTraffic(point)
+    else:
+        traffic = SessionsTraffic(point)
+    return run_traffic(engine, traffic, point.label, rng, start_ns=start_ns)
 
 
 def run_traffic(
@@ -171,14 +192,20 @@ def run_traffic(
         rid = f"{label}-{issued}"
         issued += 1
         request = traffic.request(rid, key)
-        engine.add(request)
         open_[rid] = _Open(scheduled_ns, at_ns, [], [], key, request)
+        if traffic.refusable:
+            try:
+                engine.add(request)
+            except SimulationError as exc:  # too long for the model: a live server's 400
+                finish(rid, exc.message)
+        else:
+            engine.add(request)
 
-    def finish(rid: str) -> None:
+    def finish(rid: str, error: str | None = None) -> None:
         nonlocal seq
         state = open_.pop(rid)
         first = state.chunks_ns[0] if state.chunks_ns else None
-        fields, released = traffic.finished(state.key, state.request, now)
+        fields, released = traffic.finished(state.key, state.request, now, error)
         records.append(
             RequestRecord(
                 id=rid,

@@ -1,7 +1,7 @@
 """A simulated sweep (core): run load points on fresh engines and report server counters.
 
 Each point runs on a fresh engine (as a load test against a freshly started server would
-see a warm but empty engine), seeded from the sweep seed and the point's index, so the
+see a warm but empty engine, its prefix cache empty too), seeded from the sweep seed and the point's index, so the
 same seed gives the same records whatever else ran before.
 """
 
@@ -14,14 +14,14 @@ from dataclasses import dataclass
 from servekit.analyze.summarize import point_metrics, point_to_json, summary_document
 from servekit.results.summary import ServerBlock, Summary, Target, Workload
 from servekit.sim.engine import Engine, EngineStats
-from servekit.sim.offline import LoadPoint, PointRun, run_point
+from servekit.sim.offline import AnyPoint, PointRun, run_point
 
 
 @dataclass(frozen=True, slots=True)
 class SimPointResult:
     """One simulated point: its run and the engine's counters over it."""
 
-    point: LoadPoint
+    point: AnyPoint
     run: PointRun
     stats: EngineStats
 
@@ -39,12 +39,16 @@ class SimPointResult:
             if s.drafts
             else None,
             generation_tokens=s.generation_tokens,
+            # as vllm:prefix_cache_queries / _hits count them; a point whose requests carry
+            # no token ids (fixed-length synthetic load) looks nothing up and shows none
+            prefix_cache_queries=s.prefix_cache_queries if s.prefix_cache_queries else None,
+            prefix_cache_hits=s.prefix_cache_hits if s.prefix_cache_queries else None,
             samples=[list(sample) for sample in self.run.samples],
         )
 
 
 def simulate_sweep(
-    new_engine: Callable[[int], Engine], points: Sequence[LoadPoint], *, seed: int
+    new_engine: Callable[[int], Engine], points: Sequence[AnyPoint], *, seed: int
 ) -> list[SimPointResult]:
     """Run every point on a fresh engine built by `new_engine(point_seed)`."""
     results = []
