@@ -239,6 +239,8 @@ def run_traffic(
             at, _, key = pending.pop()
             send(now, at, key)
         if engine.idle:
+            if not pending:  # the last sends were refused
+                break
             now = max(now, pending[-1][0])
             continue
         running_max = max(running_max, len(engine.running))

@@ -1,8 +1,8 @@
 """A simulated sweep (core): run load points on fresh engines and report server counters.
 
 Each point runs on a fresh engine (as a load test against a freshly started server would
-see a warm but empty engine, its prefix cache empty too), seeded from the sweep seed and the point's index, so the
-same seed gives the same records whatever else ran before.
+see a warm but empty engine, its prefix cache empty too), seeded from the sweep seed and
+the point's index, so the same seed gives the same records whatever else ran before.
 """
 
 from __future__ import annotations

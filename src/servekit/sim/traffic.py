@@ -179,7 +179,9 @@ class SessionsTraffic:
         plans = spec.sessions
         self.plans = [plans[(point.first + j) % len(plans)] for j in range(count)]
         self.ids = [
-            plan.id if point.first + j < len(plans) else f"{plan.id}#{(point.first + j) // len(plans)}"
+            plan.id
+            if point.first + j < len(plans)
+            else f"{plan.id}#{(point.first + j) // len(plans)}"
             for j, plan in enumerate(self.plans)
         ]
         self.sessions: dict[int, _Session] = {}
@@ -188,7 +190,9 @@ class SessionsTraffic:
         self._fresh = _Fresh()
         agent = spec.agent
         self.tools = tuple(_tool_spec(t) for t in agent.tools) if agent else ()
-        self.tool_ids = tokenize(f"\n<|tool|>\n{agent.tool_result}\n{_ASSISTANT_TAG}") if agent else []
+        self.tool_ids = (
+            tokenize(f"\n<|tool|>\n{agent.tool_result}\n{_ASSISTANT_TAG}") if agent else []
+        )
 
     def start(self, start_ns: int, rng: random.Random) -> list[tuple[int, int]]:
         """The first sessions: `concurrency` at once, or at the arrival times."""
@@ -210,11 +214,8 @@ class SessionsTraffic:
         turn = s.plan.turns[s.user_turn]
         limit = turn.output_len
         s.tool_call = False
-        if s.tool_pending:
-            segment: list[int] | range = self.tool_ids
-        else:
-            segment = self._user_ids(s)
-        s.prompt = s.history + list(segment)
+        segment = self.tool_ids if s.tool_pending else self._user_ids(s)
+        s.prompt = s.history + segment
         seed = stable_seed("sim-run", s.id, str(s.responses + 1))
         if self.tools and not s.tool_pending:
             tool = choose_tool(self.tools, "auto", [Message("user", turn.user or "")])
@@ -236,17 +237,19 @@ class SessionsTraffic:
             output_ids=iter(s.output),
         )
 
-    def _user_ids(self, s: _Session) -> list[int] | range:
+    def _user_ids(self, s: _Session) -> list[int]:
+        """A user message's ids: the live rendering of the first turn (tools, system and user
+        message), then each later message with its tags; a synthetic message is its own ids."""
         turn = s.plan.turns[s.user_turn]
-        head: list[int] = []
-        if not s.history:
-            messages = [Message("system", s.plan.system)] if s.plan.system else []
-            rendered = render_chat(messages, self.tools).removesuffix(_ASSISTANT_TAG)
-            head = tokenize(rendered) if rendered else []
-        if turn.user is None:
-            return head + list(self._fresh.ids(turn.input_len or 1))
-        lead = "\n" if s.history else ""
-        return head + tokenize(f"{lead}<|user|>\n{turn.user}\n{_ASSISTANT_TAG}")
+        if s.history:
+            if turn.user is None:
+                return list(self._fresh.ids(turn.input_len or 1))
+            return tokenize(f"\n<|user|>\n{turn.user}\n{_ASSISTANT_TAG}")
+        messages = [Message("system", s.plan.system)] if s.plan.system else []
+        if turn.user is not None:
+            return tokenize(render_chat([*messages, Message("user", turn.user)], self.tools))
+        head = render_chat(messages, self.tools).removesuffix(_ASSISTANT_TAG)
+        return tokenize(head) + list(self._fresh.ids(turn.input_len or 1))
 
     def finished(
         self, key: int, request: SimRequest, now_ns: int, error: str | None
@@ -300,4 +303,3 @@ def _tool_spec(tool: dict[str, Any]) -> ToolSpec:
     return ToolSpec(
         str(function["name"]), function.get("parameters") or {}, function.get("description", "")
     )
-

@@ -1,0 +1,108 @@
+"""`servekit sim run`'s load points from its options (shell): fixed-length points, a trace
+replay, or sessions and agent loops, read by bench's own parsers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from servekit.cli._bench_sessions import sessions_input
+from servekit.cli._bench_trace import trace_input
+from servekit.cli._output import check_load_options
+from servekit.cli._values import parse_numbers, read_text_option
+from servekit.profiles import Profile
+from servekit.results.summary import SessionInfo, TraceInfo, Workload
+from servekit.sim.offline import AnyPoint, LoadPoint
+from servekit.sim.traffic import SessionsPoint, TracePoint
+from servekit.workload.sessions import SessionsSpec
+from servekit.workload.tools import parse_tools
+from servekit.workload.traces import implied_hit_rate
+
+
+def sim_points(
+    opts: dict[str, Any], profile: Profile, ilen: int, olen: int
+) -> tuple[list[AnyPoint], Workload]:
+    """The load points the options ask for, and the summary's description of the load.
+
+    Trace and session options are bench's, read by bench's own parsers.
+    """
+    temperature, seed = opts["temperature"], opts["seed"]
+    concurrency, rate, arrival = opts["concurrency"], opts["rate"], opts["arrival"]
+    wanted = {"api": "chat", "dataset": None, "workers": 1}
+    replay = trace_input({**opts, **wanted}, profile.serve_args.max_model_len)
+    if replay is not None:
+        trace, spec = replay
+        lengths = [(r.input_len, r.output_len) for r in trace.requests] or [(ilen, olen)]
+        workload = Workload(
+            input_len=round(sum(i for i, _ in lengths) / len(lengths)),
+            output_len=round(sum(o for _, o in lengths) / len(lengths)),
+            temperature=temperature,
+            requests_per_point=len(trace.requests),
+            seed=seed,
+            trace=TraceInfo(
+                file=trace.file,
+                format=trace.format,
+                requests=len(trace.requests),
+                time_scale=trace.time_scale,
+                start_s=trace.start_s,
+                duration_s=trace.duration_s,
+                block_tokens=trace.block_tokens,
+                implied_hit_rate=implied_hit_rate(trace),
+            ),
+        )
+        return [TracePoint(spec.label, trace, temperature, rate_rps=spec.rate_rps)], workload
+    check_load_options(concurrency, rate, arrival)
+    tools = (
+        parse_tools(read_text_option(opts["tools"], "--tools"), str(opts["tools"]))
+        if opts["tools"]
+        else ()
+    )
+    sessions = sessions_input(
+        {**opts, **wanted, "input_len": str(ilen), "output_len": str(olen)}, tools
+    )
+    levels: list[tuple[str, int | None, float | None]] = [
+        (f"c={int(c)}", int(c), None) for c in parse_numbers(concurrency, int, "--concurrency")
+    ]
+    levels += [
+        (f"rate={r:g}", None, r) for r in parse_numbers(rate, float, "--rate", allow_inf=True)
+    ]
+    workload = Workload(
+        input_len=ilen,
+        output_len=olen,
+        temperature=temperature,
+        requests_per_point=sessions.sessions_per_point if sessions else opts["requests_per_point"],
+        seed=seed,
+        tools=[_tool_name(t) for t in tools] if tools else None,
+        sessions=_session_info(sessions) if sessions else None,
+    )
+    if sessions is not None:
+        per_point = sessions.sessions_per_point
+        return [
+            SessionsPoint(label, sessions, index * per_point, temperature, c, r, arrival)
+            for index, (label, c, r) in enumerate(levels)
+        ], workload
+    n = opts["requests_per_point"]
+    return [
+        LoadPoint(label, n, ilen, olen, temperature, concurrency=c, rate_rps=r, arrival=arrival)
+        if r is not None
+        else LoadPoint(label, n, ilen, olen, temperature, concurrency=c)
+        for label, c, r in levels
+    ], workload
+
+
+def _session_info(sessions: SessionsSpec) -> SessionInfo:
+    """The summary's description of the sessions (as bench gives it)."""
+    agent = sessions.agent
+    return SessionInfo(
+        source=sessions.source,
+        sessions=sessions.sessions_per_point,
+        turns_max=agent.max_turns if agent else max(len(s.turns) for s in sessions.sessions),
+        think_time=sessions.think_time.spelling,
+        agent=agent is not None,
+        tool_latency=agent.tool_latency.spelling if agent else None,
+    )
+
+
+def _tool_name(tool: dict[str, Any]) -> str | None:
+    function = tool.get("function")
+    name = function.get("name") if isinstance(function, dict) else None
+    return name if isinstance(name, str) else None
