@@ -206,6 +206,7 @@ def test_same_seed_same_records(tmp_path: Path) -> None:
         (["--concurrency", "2"], "--trace sets the send times"),
         (["--turns", "2"], "--trace replays single requests"),
         (["--trace-format", "azure"], "t.jsonl"),
+        (["--input-len", "100"], "--trace gives every request's lengths"),
     ],
 )
 def test_bad_trace_input(tmp_path: Path, args: list[str], message: str) -> None:

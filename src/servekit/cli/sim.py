@@ -18,7 +18,7 @@ from servekit.cli._output import (
     stdout_console,
 )
 from servekit.cli._sim_points import sim_points
-from servekit.cli._sim_traffic import traffic_options
+from servekit.cli._traffic_options import session_options, trace_options
 from servekit.cli._values import FiniteFloat
 from servekit.cli.sim_fit import fit_command
 from servekit.cli.sim_serve import serve_command
@@ -49,7 +49,10 @@ def sim_group() -> None:
               help="Prompt tokens (sessions: new tokens per synthetic turn) [profile's].")
 @click.option("--output-len", type=click.IntRange(min=1), help="Output tokens [profile's].")
 @click.option("--temperature", type=FiniteFloat(min=0), default=0.7, show_default=True)
-@traffic_options
+@click.option("--tools", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="A JSON list of OpenAI tool definitions (the tools of --agent loops).")
+@session_options
+@trace_options
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Run directory.")
 @click.option("--force", is_flag=True, help="Replace the results of a previous run in --out.")
