@@ -11,6 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import subprocess
+import sys
+import urllib.request
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -150,3 +153,30 @@ def test_prefix_caching_off_reports_no_hits() -> None:
                 assert details["created_cache_tokens"] == 0
 
     asyncio.run(asyncio.wait_for(body(), 60))
+
+
+def test_sim_serve_takes_the_flag() -> None:
+    """`servekit sim serve --enable-prompt-tokens-details` reports hits on a repeated prompt."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "servekit", "sim", "serve", "--profile", LLAMA, "--port", "0",
+         "--time-scale", "0.02", "--json", "--enable-prompt-tokens-details"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        url = json.loads(proc.stdout.readline())["url"]
+        cached = []
+        for _ in range(2):
+            request = urllib.request.Request(  # noqa: S310 - the server's own http URL
+                f"{url}/v1/chat/completions",
+                data=json.dumps(chat(HISTORY)).encode(),
+                headers={"Content-Type": "application/json"},
+            )
+            with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
+                usage = json.loads(response.read())["usage"]
+            cached.append(usage["prompt_tokens_details"]["cached_tokens"])
+        block = block_size()
+        assert cached == [0, (usage["prompt_tokens"] - 1) // block * block]
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=10)
