@@ -267,3 +267,14 @@ def test_same_seed_same_records() -> None:
 
     assert records(3) == records(3)
     assert records(3)[0] != records(4)[0]  # the think times are drawn from the seed
+
+
+def test_eagle_drafts_give_up_one_engine_block_per_hit() -> None:
+    """With EAGLE-style drafts (the M3 EAGLE3 profile) vLLM drops the last block of every
+    hit, so a trace's hits fall short of the implied ones by one engine block per hit."""
+    trace = sharing_trace()
+    model = tiny_model(20_000, BLOCK)
+    eng = Engine(model, EngineLimits(64, 2048), STEP, None, random.Random(0), drop_eagle_block=True)
+    run_point(eng, TracePoint("trace", trace), random.Random(0))
+    implied = implied_hits(trace)
+    assert eng.stats.prefix_cache_hits == sum(h - BLOCK for h in implied if h)
