@@ -7,12 +7,15 @@ import dataclasses
 from pathlib import Path
 
 from matplotlib.image import imread
+from rich.console import Console
 
+from servekit.analyze.compare import compare_runs
 from servekit.analyze.summarize import point_metrics, point_to_json, summary_document
 from servekit.analyze.traffic import ScheduleBound, traffic_blocks, with_traffic
-from servekit.bench.store import RECORDS_FILE, write_summary
+from servekit.bench.store import RECORDS_FILE, read_summary, write_summary
 from servekit.records import RequestRecord
 from servekit.report.build import write_report
+from servekit.report.tables import compare_table
 from servekit.results.summary import ServerBlock, SummaryPoint, Target, Workload
 
 MS = 1_000_000
@@ -119,3 +122,20 @@ def test_compare_of_two_replays_shows_the_traffic_figures(tmp_path: Path) -> Non
     assert "traffic figures, A and B" in page
     assert "<td>trace</td><td>schedule.lag_ms.p99</td>" in page
     assert "<td>c=2</td><td>prefix_cache.server_hit_rate</td><td>0.3200</td><td>0.3200</td>" in page
+
+
+def test_terminal_compare_table_shows_traffic_figures_side_by_side(tmp_path: Path) -> None:
+    """compare's table gains `A -> B` columns for the traffic figures either run has."""
+    (tmp_path / "a").mkdir()
+    a = read_summary(_traffic_run(tmp_path / "a"))
+    b = a.model_copy(update={"points": [a.points[0], a.points[1]]})
+    plain = read_summary(_plain_run(tmp_path))
+    console = Console(width=400, record=True)
+    console.print(compare_table(compare_runs(a, b).points, title="t"))
+    text = console.export_text()
+    assert "server hit A -> B" in text
+    assert "0.32 -> 0.32" in text
+    assert "lag p99 ms A -> B" in text
+    console = Console(width=400, record=True)
+    console.print(compare_table(compare_runs(plain, plain).points, title="t"))
+    assert "A -> B" not in console.export_text()

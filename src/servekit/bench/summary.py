@@ -44,7 +44,7 @@ from servekit.results.summary import (
     Workload,
 )
 from servekit.workload.sessions import SessionsSpec
-from servekit.workload.traces import Trace
+from servekit.workload.traces import Trace, implied_hit_rate
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -188,7 +188,8 @@ def schedule_bound(spec: BenchSpec, point: PointSpec) -> ScheduleBound | None:
 
 
 def trace_info(trace: Trace | None) -> TraceInfo | None:
-    """The summary's description of a replayed trace (None without one)."""
+    """The summary's description of a replayed trace, with the hit rate its hash ids imply
+    (None without one)."""
     if trace is None:
         return None
     return TraceInfo(
@@ -199,7 +200,7 @@ def trace_info(trace: Trace | None) -> TraceInfo | None:
         start_s=trace.start_s,
         duration_s=trace.duration_s,
         block_tokens=trace.block_tokens,
-        implied_hit_rate=None,
+        implied_hit_rate=None if (rate := implied_hit_rate(trace)) is None else round(rate, 6),
     )
 
 
