@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import JsonValue
 
 from servekit.analyze.summarize import Slo, point_metrics, point_to_json, summary_document
-from servekit.analyze.traffic import ScheduleBound, traffic_blocks, with_traffic
+from servekit.analyze.traffic import RATE_DIGITS, ScheduleBound, traffic_blocks, with_traffic
 from servekit.bench._signals import StopSignals, sigterm_as_interrupt
 from servekit.bench.pool import WorkerPool
 from servekit.bench.resummarize import write_run_info
@@ -43,8 +43,9 @@ from servekit.results.summary import (
     TraceInfo,
     Workload,
 )
+from servekit.workload import traces
 from servekit.workload.sessions import SessionsSpec
-from servekit.workload.traces import Trace, implied_hit_rate
+from servekit.workload.traces import Trace
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -192,6 +193,7 @@ def trace_info(trace: Trace | None) -> TraceInfo | None:
     (None without one)."""
     if trace is None:
         return None
+    rate = traces.implied_hit_rate(trace)
     return TraceInfo(
         file=trace.file,
         format=trace.format,
@@ -200,7 +202,7 @@ def trace_info(trace: Trace | None) -> TraceInfo | None:
         start_s=trace.start_s,
         duration_s=trace.duration_s,
         block_tokens=trace.block_tokens,
-        implied_hit_rate=None if (rate := implied_hit_rate(trace)) is None else round(rate, 6),
+        implied_hit_rate=None if rate is None else round(rate, RATE_DIGITS),
     )
 
 

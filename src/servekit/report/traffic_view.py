@@ -12,7 +12,6 @@ from collections.abc import Sequence
 
 from servekit.analyze.point_columns import report_load
 from servekit.report.document import Section, Table
-from servekit.report.plots import RunLines
 from servekit.results.summary import DistributionBlock, Summary
 
 
@@ -30,6 +29,8 @@ def _dist(block: DistributionBlock, digits: int = 1) -> str:
 
 
 Labelled = Sequence[tuple[str, Summary]]
+Series = tuple[str, list[float], list[float]]  # a point's label, turn indexes, mean TTFT ms
+RunLines = tuple[str, list[Series]]  # a run's label and its points' series
 
 
 def prefix_cache_section(runs: Labelled) -> Section | None:
@@ -131,7 +132,7 @@ def turn_lines(runs: Labelled) -> list[RunLines]:
     """Mean TTFT by turn index: per run, one series per point that has turns."""
     out: list[RunLines] = []
     for label, summary in runs:
-        series = []
+        series: list[Series] = []
         for p in summary.points:
             turns = [t for t in p.turns or () if t.ttft_ms.mean is not None]
             if turns:
