@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from servekit.analyze.compare import compare_runs
+from servekit.analyze.point_columns import point_rows, traffic_headers, traffic_rows
 from servekit.analyze.summarize import point_metrics, point_to_json, summary_document
 from servekit.analyze.traffic import (
     ScheduleBound,
@@ -351,3 +352,20 @@ def test_compare_pairs_two_replays_and_compares_their_traffic_figures() -> None:
     lag = traffic["schedule.lag_ms.p99"]
     assert (lag.a, lag.b, lag.delta_pct, lag.verdict) == (1.0, 2.0, 100.0, "worse")
     assert "sessions.completed_fraction" not in traffic
+
+
+def test_point_columns_name_a_replay_and_show_traffic_where_present() -> None:
+    """A replay point is `trace` in every view; the traffic table has only filled columns."""
+    records = scheduled()
+    metrics = point_metrics(records)
+    point = point_to_json(metrics, concurrency=None, rate_rps=10.9, server=ServerBlock())
+    bound = ScheduleBound(planned=4, max_lag_ms_p99=25.0)
+    replay = with_traffic(
+        point, traffic_blocks(records, ServerBlock(), duration_s=metrics.duration_s, schedule=bound)
+    )
+    assert point_rows([replay], "terminal")[0][0] == "trace"
+    assert traffic_headers([replay]) == ["load", "send lag p99 ms", "sent/planned"]
+    assert traffic_rows([replay]) == [["trace", "19.490", "4/4"]]
+    plain = point_to_json(point_metrics([rec("p", 0, (5, 6))]), concurrency=1, rate_rps=None)
+    assert traffic_headers([plain]) == []
+    assert traffic_rows([plain]) == []

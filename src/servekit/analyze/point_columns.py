@@ -46,6 +46,8 @@ def _text(value: object) -> str:
 
 
 def _brief_load(point: Point) -> str:
+    if point.schedule is not None:
+        return "trace"
     if point.concurrency:
         return f"c={point.concurrency}"
     return f"{point.rate_rps} req/s"
