@@ -94,9 +94,9 @@ def sessions_section(runs: Labelled) -> Section | None:
         return None
     return Section(
         "Sessions and agent loops",
-        ["A session's duration runs from its first send to its last response's end; "
-         "turns/s counts successful turns over the point's window. Tool figures are for "
-         "agent loops only."],
+        ["A session lasts from its first send to the end of its last response; turns/s "
+         "counts successful turns over the whole point. Tool figures are for agent loops "
+         "only."],
         tables,
     )  # fmt: skip
 
@@ -122,7 +122,7 @@ def schedule_section(runs: Labelled) -> Section | None:
         "Schedule",
         [
             "Send lag = when a request was sent - when the trace scheduled it. A point is "
-            "valid when every planned send was made and the lag's p99 is within the bound."
+            "valid when every planned send was made and the lag p99 is within the bound."
         ],
         tables,
     )
