@@ -72,7 +72,16 @@ def test_trace_replay_hits_the_implied_rate(tmp_path: Path) -> None:
     assert info["format"] == "mooncake"
     assert info["requests"] == 12
     assert info["block_tokens"] == 512
-    assert info["implied_hit_rate"] == sum(implied) / (12 * (4 * 512 + 60))
+    rate = sum(implied) / (12 * (4 * 512 + 60))
+    assert info["implied_hit_rate"] == round(rate, 6)
+    # the point's blocks, as bench's: the server's hits equal the implied ones, sends on time
+    cache = point["prefix_cache"]
+    assert cache["server_hit_tokens"] == sum(implied) == cache["client_cached_tokens"]
+    assert cache["server_hit_rate"] == cache["implied_hit_rate"] == round(rate, 6)
+    schedule = point["schedule"]
+    assert schedule["planned"] == schedule["sent"] == 12
+    assert schedule["lag_ms"]["p99"] == 0
+    assert schedule["valid"] is True
     assert summary["workload"]["simulated"] is True
 
 
@@ -138,6 +147,10 @@ def test_synthetic_sessions(tmp_path: Path) -> None:
     assert info["turns_max"] == 2
     assert info["think_time"] == "0.5"
     assert info["agent"] is False
+    for point in summary["points"]:
+        assert [t["turn"] for t in point["turns"]] == [1, 2]
+        assert [t["cached_tokens_mean"] for t in point["turns"]] == [0, (320 - 1) // 16 * 16]
+        assert point["sessions"]["sessions"] == point["sessions"]["completed"] == 3
     records = read_records(out)
     second = [r for r in records if r.turn == 2]
     assert len(second) == 6
@@ -182,6 +195,10 @@ def test_agent_loops(tmp_path: Path) -> None:
     assert info["agent"] is True
     assert info["tool_latency"] == "0.2"
     assert info["turns_max"] == 3
+    sessions = json.loads(stdout)["points"][0]["sessions"]
+    assert sessions["turn_limit"] == 2
+    assert sessions["tool_calls"] == 4
+    assert sessions["tool_args_invalid"] == 0
     records = read_records(tmp_path / "r")
     for session in ("s1", "s2"):
         mine = sorted((r for r in records if r.session == session), key=lambda r: r.turn or 0)

@@ -5,17 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from servekit.bench.summary import session_info, trace_info
 from servekit.cli._bench_sessions import sessions_input
 from servekit.cli._bench_trace import trace_input
 from servekit.cli._output import check_load_options
 from servekit.cli._values import parse_numbers, read_text_option
 from servekit.profiles import Profile
-from servekit.results.summary import SessionInfo, TraceInfo, Workload
+from servekit.results.summary import Workload
 from servekit.sim.offline import AnyPoint, LoadPoint
 from servekit.sim.traffic import SessionsPoint, TracePoint
-from servekit.workload.sessions import SessionsSpec
 from servekit.workload.tools import parse_tools
-from servekit.workload.traces import implied_hit_rate
 
 
 def sim_points(
@@ -38,16 +37,7 @@ def sim_points(
             temperature=temperature,
             requests_per_point=len(trace.requests),
             seed=seed,
-            trace=TraceInfo(
-                file=trace.file,
-                format=trace.format,
-                requests=len(trace.requests),
-                time_scale=trace.time_scale,
-                start_s=trace.start_s,
-                duration_s=trace.duration_s,
-                block_tokens=trace.block_tokens,
-                implied_hit_rate=implied_hit_rate(trace),
-            ),
+            trace=trace_info(trace),
         )
         return [TracePoint(spec.label, trace, temperature, rate_rps=spec.rate_rps)], workload
     check_load_options(concurrency, rate, arrival)
@@ -72,7 +62,7 @@ def sim_points(
         requests_per_point=sessions.sessions_per_point if sessions else opts["requests_per_point"],
         seed=seed,
         tools=[_tool_name(t) for t in tools] if tools else None,
-        sessions=_session_info(sessions) if sessions else None,
+        sessions=session_info(sessions),
     )
     if sessions is not None:
         per_point = sessions.sessions_per_point
@@ -87,19 +77,6 @@ def sim_points(
         else LoadPoint(label, n, ilen, olen, temperature, concurrency=c)
         for label, c, r in levels
     ], workload
-
-
-def _session_info(sessions: SessionsSpec) -> SessionInfo:
-    """The summary's description of the sessions (as bench gives it)."""
-    agent = sessions.agent
-    return SessionInfo(
-        source=sessions.source,
-        sessions=sessions.sessions_per_point,
-        turns_max=agent.max_turns if agent else max(len(s.turns) for s in sessions.sessions),
-        think_time=sessions.think_time.spelling,
-        agent=agent is not None,
-        tool_latency=agent.tool_latency.spelling if agent else None,
-    )
 
 
 def _tool_name(tool: dict[str, Any]) -> str | None:

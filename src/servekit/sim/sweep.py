@@ -12,9 +12,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from servekit.analyze.summarize import point_metrics, point_to_json, summary_document
+from servekit.analyze.traffic import ScheduleBound, traffic_blocks, with_traffic
 from servekit.results.summary import ServerBlock, Summary, Target, Workload
 from servekit.sim.engine import Engine, EngineStats
-from servekit.sim.offline import AnyPoint, PointRun, run_point
+from servekit.sim.offline import AnyPoint, LoadPoint, PointRun, run_point
+from servekit.sim.traffic import SessionsPoint, TracePoint
+
+DEFAULT_MAX_SCHEDULE_LAG_MS = 10.0  # bench's --max-schedule-lag-ms default
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,17 +72,33 @@ def sweep_summary(
     version: str,
     started_at: str,
     workload: Workload,
+    max_schedule_lag_ms: float = DEFAULT_MAX_SCHEDULE_LAG_MS,
 ) -> Summary:
-    """The summary.json document of a simulated sweep (same shape as a real run's)."""
-    points = [
-        point_to_json(
-            point_metrics(r.run.records),
-            concurrency=r.point.concurrency,
-            rate_rps=r.point.rate_rps,
-            server=r.server_json(),
+    """The summary.json document of a simulated sweep (same shape as a real run's, with
+    the traffic blocks of `analyze.traffic`: prefix cache, turns, sessions, schedule)."""
+    points = []
+    for r in results:
+        metrics = point_metrics(r.run.records)
+        server = r.server_json()
+        point = point_to_json(
+            metrics, concurrency=r.point.concurrency, rate_rps=r.point.rate_rps, server=server
         )
-        for r in results
-    ]
+        if isinstance(r.point, LoadPoint):  # fixed-length requests: no traffic blocks
+            points.append(point)
+            continue
+        replay = isinstance(r.point, TracePoint)
+        blocks = traffic_blocks(
+            r.run.records,
+            server,
+            duration_s=metrics.duration_s,
+            agent=r.point.spec.agent is not None if isinstance(r.point, SessionsPoint) else None,
+            # every send is on time on the virtual clock; the bound is bench's default
+            schedule=ScheduleBound(len(r.run.records), max_schedule_lag_ms) if replay else None,
+            implied_hit_rate=workload.trace.implied_hit_rate
+            if replay and workload.trace is not None
+            else None,
+        )
+        points.append(with_traffic(point, blocks))
     return summary_document(
         servekit_version=version,
         started_at=started_at,
