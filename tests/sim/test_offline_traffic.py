@@ -278,3 +278,18 @@ def test_eagle_drafts_give_up_one_engine_block_per_hit() -> None:
     run_point(eng, TracePoint("trace", trace), random.Random(0))
     implied = implied_hits(trace)
     assert eng.stats.prefix_cache_hits == sum(h - BLOCK for h in implied if h)
+
+
+def test_a_send_is_at_its_arrival_time_even_mid_step() -> None:
+    """A trace request that arrives while the engine is in a step is sent at its time (as a
+    client sends it) and waits for that step: its TTFT includes the wait."""
+    first = TraceRequest(0.0, 512, 400, None, 1)
+    late = TraceRequest(0.5003, 512, 4, None, 2)  # lands inside a decode step of the first
+    trace = Trace("t", "jsonl", (first, late))
+    run = run_point(engine(), TracePoint("trace", trace), random.Random(0))
+    second = by_send_order(run.records)[1]
+    assert second.sent_ns == second.scheduled_ns == 500_300_000
+    alone = run_point(engine(), TracePoint("trace", Trace("t", "jsonl", (late,))), random.Random(0))
+    assert second.first_token_ns - second.sent_ns > (  # type: ignore[operator]
+        alone.records[0].first_token_ns - alone.records[0].sent_ns  # type: ignore[operator]
+    )

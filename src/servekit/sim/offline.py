@@ -99,6 +99,11 @@ class Traffic(Protocol):
     """
 
     refusable: bool
+    # True: a request's send is its arrival time (the client sends then; the engine takes it
+    # at its next step), so TTFT includes the wait for the step in flight, as a live client
+    # measures it. False: the send is when the engine next looks (the fixed-length open
+    # loop's convention, kept so its records stay as they were).
+    sends_at_arrival: bool
 
     def start(self, start_ns: int, rng: random.Random) -> list[tuple[int, int]]:
         """The first arrivals: (virtual time in ns, key), in time order."""
@@ -121,6 +126,7 @@ class _FixedTraffic:
     """A `LoadPoint`'s fixed-length requests: a closed loop or an open loop's arrivals."""
 
     refusable = False
+    sends_at_arrival = False
 
     def __init__(self, point: LoadPoint) -> None:
         self.point = point
@@ -177,6 +183,7 @@ def run_traffic(
     pending = [(at, seq, key) for seq, (at, key) in enumerate(traffic.start(start_ns, rng))]
     pending.reverse()
     seq = len(pending)
+    at_arrival = traffic.sends_at_arrival
     issued = 0
     now = start_ns
     open_: dict[str, _Open] = {}
@@ -237,7 +244,7 @@ def run_traffic(
     while pending or not engine.idle:
         while pending and pending[-1][0] <= now:
             at, _, key = pending.pop()
-            send(now, at, key)
+            send(at if at_arrival else now, at, key)
         if engine.idle:
             if not pending:  # the last sends were refused
                 break

@@ -101,6 +101,7 @@ class TraceTraffic:
     """A `TracePoint`'s requests."""
 
     refusable = True
+    sends_at_arrival = True
 
     def __init__(self, point: TracePoint) -> None:
         self.point = point
@@ -171,6 +172,7 @@ class SessionsTraffic:
     """A `SessionsPoint`'s sessions."""
 
     refusable = True
+    sends_at_arrival = True
 
     def __init__(self, point: SessionsPoint) -> None:
         self.point = point
