@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import itertools
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -204,29 +206,39 @@ async def run_points(
     async with open_endpoint(spec.base_url, spec.headers, transport=transport) as endpoint:
         if (dead := await _dead_at_start(endpoint, spec)) is not None:
             return BenchRun(outcomes, dead)
-        counts = [point.requests or spec.requests_per_point for point in points]
-        total = spec.warmup + sum(counts)
-        planned, progress.input_len_method = await plan_requests(endpoint, spec, total, rng)
-        warm = [p.body for p in planned[: spec.warmup]]
-        await asyncio.gather(*(endpoint.stream(path, b, timeout_s=spec.timeout_s) for b in warm))
-        offset = spec.warmup
-        for point, count in zip(points, counts, strict=True):
-            bodies = planned[offset : offset + count]
-            offset += count
-            progress.current, progress.current_records = point, []
-            on_point(point, len(bodies))
-            outcome = await _run_point(
-                endpoint,
-                spec,
-                path,
-                point,
-                bodies,
-                writer,
-                on_record,
-                rng,
-                progress.current_records,
-                pool,
+        if spec.sessions is not None:
+            # sessions builds on this module's point machinery, so it is imported here
+            from servekit.bench.sessions import SessionPoints
+
+            sessions = SessionPoints(endpoint, spec, path, writer, on_record, rng)
+            progress.input_len_method = await sessions.prepare()
+            run_one: Callable[[int, PointSpec, list[RequestRecord]], Awaitable[PointOutcome]]
+            run_one = sessions.run_point
+            counts = [sessions.user_turns(index) for index in range(len(points))]
+        else:
+            counts = [point.requests or spec.requests_per_point for point in points]
+            total = spec.warmup + sum(counts)
+            planned, progress.input_len_method = await plan_requests(endpoint, spec, total, rng)
+            warm = [p.body for p in planned[: spec.warmup]]
+            await asyncio.gather(
+                *(endpoint.stream(path, b, timeout_s=spec.timeout_s) for b in warm)
             )
+            starts = list(itertools.accumulate(counts, initial=spec.warmup))
+
+            async def plain_point(
+                index: int, point: PointSpec, records: list[RequestRecord]
+            ) -> PointOutcome:
+                bodies = planned[starts[index] : starts[index] + counts[index]]
+                return await _run_point(
+                    endpoint, spec, path, point, bodies, writer, on_record, rng, records, pool
+                )
+
+            run_one = plain_point
+
+        for index, (point, count) in enumerate(zip(points, counts, strict=True)):
+            progress.current, progress.current_records = point, []
+            on_point(point, count)
+            outcome = await run_one(index, point, progress.current_records)
             progress.current = None
             outcomes.append(outcome)
             failed = sum(1 for r in outcome.records if not r.ok)
@@ -294,17 +306,23 @@ async def send_share(
     emit: Emit,
 ) -> ClientLoad:
     """Send one process's share of a point; `emit(index, record)` as each request ends."""
-    loop_lags: list[float] = []
-    send_lags: list[float] = []
-    stop = asyncio.Event()
-    monitor = asyncio.create_task(_monitor_loop(loop_lags, stop))
-    cpu_start, wall_start = time.process_time(), time.monotonic()
 
     async def send(index: int, scheduled_ns: int) -> None:
         timed = await endpoint.stream(path, bodies[index], timeout_s=spec.timeout_s)
         await asyncio.sleep(0)  # let other streams stamp their bytes before this bookkeeping
         emit(index, to_record(f"{label}-{index}", label, scheduled_ns, timed))
 
+    return await drive_share(share, take, send)
+
+
+async def drive_share(share: Share, take: Taker, send: Sender) -> ClientLoad:
+    """Run `send` for a share's indices (closed or open loop) while measuring the client:
+    event-loop lag, send lag behind the schedule (open loop) and CPU use."""
+    loop_lags: list[float] = []
+    send_lags: list[float] = []
+    stop = asyncio.Event()
+    monitor = asyncio.create_task(_monitor_loop(loop_lags, stop))
+    cpu_start, wall_start = time.process_time(), time.monotonic()
     try:
         if (delay := (share.start_ns - time.monotonic_ns()) / 1e9) > 0:
             await asyncio.sleep(delay)
@@ -334,15 +352,6 @@ async def _run_point(
     records: list[RequestRecord],
     pool: PointSender | None,
 ) -> PointOutcome:
-    await endpoint.warm(point.concurrency or 8)
-    before: Snapshot | None = await scrape(endpoint)
-    maxima: dict[str, float] = {}
-    stop = asyncio.Event()
-    samples: list[list[float]] = []
-    problems = {before.problem} if before is not None and before.problem else set()
-    sampler = asyncio.create_task(
-        _sample_gauges(endpoint, maxima, stop, samples, spec.metrics_interval_s, problems)
-    )
     short: list[tuple[int, int]] = []
 
     def keep(index: int, record: RequestRecord) -> None:
@@ -352,27 +361,63 @@ async def _run_point(
         records.append(record)
         on_record(record)
 
-    start = time.monotonic_ns() + (int(POOL_START_LEAD_S * 1e9) if pool else 0)
-    deadline = None
-    if spec.duration_per_point_s is not None:
-        deadline = start + int(spec.duration_per_point_s * 1e9)
-    share = Share(
-        open_loop=point.concurrency is None,
-        concurrency=point.concurrency or 0,
-        schedule=() if point.concurrency is not None else _schedule(point, len(bodies), rng),
-        cap=point.max_concurrency,
-        start_ns=start,
-        deadline_ns=deadline,
-    )
-    payloads = [b.body for b in bodies]
-    try:
+    async def send() -> list[ClientLoad]:
+        start = time.monotonic_ns() + (int(POOL_START_LEAD_S * 1e9) if pool else 0)
+        share = Share(
+            open_loop=point.concurrency is None,
+            concurrency=point.concurrency or 0,
+            schedule=() if point.concurrency is not None else _schedule(point, len(bodies), rng),
+            cap=point.max_concurrency,
+            start_ns=start,
+            deadline_ns=point_deadline(spec, start),
+        )
+        payloads = [b.body for b in bodies]
         if pool is None:
-            taker = closed_taker(len(bodies), deadline)
-            loads = [
+            taker = closed_taker(len(bodies), share.deadline_ns)
+            return [
                 await send_share(endpoint, path, spec, point.label, payloads, share, taker, keep)
             ]
-        else:
-            loads = await pool.send_point(point.label, payloads, share, keep)
+        loads = await pool.send_point(point.label, payloads, share, keep)
+        workers.append(len(loads))
+        return loads
+
+    workers: list[int] = []
+    outcome = await measure_point(endpoint, spec, point, records, send, short)
+    if workers and outcome.client is not None:  # only a pooled run says how many processes
+        client = outcome.client.model_copy(update={"workers": workers[0]})  # sent the load
+        outcome = dataclasses.replace(outcome, client=client)
+    return outcome
+
+
+def point_deadline(spec: BenchSpec, start_ns: int) -> int | None:
+    """When a point starting at `start_ns` stops starting requests (`duration_per_point_s`)."""
+    if spec.duration_per_point_s is None:
+        return None
+    return start_ns + int(spec.duration_per_point_s * 1e9)
+
+
+async def measure_point(
+    endpoint: Endpoint,
+    spec: BenchSpec,
+    point: PointSpec,
+    records: list[RequestRecord],
+    send: Callable[[], Awaitable[list[ClientLoad]]],
+    short: list[tuple[int, int]],
+) -> PointOutcome:
+    """Run one point's `send` between /metrics scrapes (and sampled during it), then judge
+    it: the client's self-check, output lengths (`short`: (got, wanted) pairs), scrape
+    problems and the server's generation counter against the `records` kept."""
+    await endpoint.warm(point.concurrency or 8)
+    before: Snapshot | None = await scrape(endpoint)
+    maxima: dict[str, float] = {}
+    stop = asyncio.Event()
+    samples: list[list[float]] = []
+    problems = {before.problem} if before is not None and before.problem else set()
+    sampler = asyncio.create_task(
+        _sample_gauges(endpoint, maxima, stop, samples, spec.metrics_interval_s, problems)
+    )
+    try:
+        loads = await send()
     finally:
         stop.set()
         await asyncio.gather(sampler, return_exceptions=True)
@@ -394,8 +439,6 @@ async def _run_point(
         send_lag_ms_p99=figures["send_lag_ms_p99"],
         cpu_util=figures["cpu_util"],
     )
-    if pool is not None:  # only a pooled run says how many processes sent the load
-        client = client.model_copy(update={"workers": len(loads)})
     return PointOutcome(point, records, server, warnings, client)
 
 

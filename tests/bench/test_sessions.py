@@ -1,0 +1,223 @@
+"""Multi-turn sessions in bench, against the live simulator and a failing server."""
+
+from __future__ import annotations
+
+import random
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+if str(Path(__file__).parent) not in sys.path:  # session_helpers sits beside this file
+    sys.path.insert(0, str(Path(__file__).parent))
+import itertools
+
+from session_helpers import Sim, Sweep, sim_server, sweep
+
+from servekit.bench.sessions import draw_delay, session_id
+from servekit.bench.spec import BenchSpec, PointSpec
+from servekit.records import RequestRecord
+from servekit.workload.sessions import Delay, SessionPlan, SessionsSpec, Turn
+
+pytestmark = pytest.mark.integration
+FAULTY = Path(__file__).with_name("faulty_server.py")
+SYSTEM = "You answer briefly."
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[Sim]:
+    """One simulator for the module."""
+    with sim_server() as server:
+        yield server
+
+
+def synthetic(
+    count: int, turns: int, *, input_len: int = 20, output_len: int = 8, system: str | None = None
+) -> tuple[SessionPlan, ...]:
+    """`count` synthetic sessions of `turns` turns each."""
+    return tuple(
+        SessionPlan(f"s{i}", tuple(Turn(None, output_len, input_len) for _ in range(turns)), system)
+        for i in range(count)
+    )
+
+
+def bench_spec(sim: Sim, plans: tuple[SessionPlan, ...], **kw: Any) -> BenchSpec:
+    """A session run of `plans` against the simulator."""
+    think = kw.pop("think", Delay(0.0))
+    per_point = kw.pop("per_point", len(plans))
+    sessions = SessionsSpec(plans, "synthetic", think, per_point)
+    return BenchSpec(base_url=sim.url, model=sim.model, sessions=sessions, seed=7, **kw)
+
+
+@pytest.fixture(scope="module")
+def closed(sim: Sim, tmp_path_factory: pytest.TempPathFactory) -> Sweep:
+    """Two sessions of three synthetic turns with a system message, two at a time."""
+    spec = bench_spec(sim, synthetic(2, 3, system=SYSTEM))
+    return sweep(spec, [PointSpec("c=2", concurrency=2)], tmp_path_factory.mktemp("closed"))
+
+
+def overlap(sessions: dict[str, list[RequestRecord]]) -> int:
+    """The most sessions in flight at once (first send to last end)."""
+    edges = []
+    for records in sessions.values():
+        edges += [(records[0].sent_ns, 1), (records[-1].end_ns, -1)]
+    most = now = 0
+    for _, step in sorted(edges, key=lambda e: (e[0], e[1])):
+        now += step
+        most = max(most, now)
+    return most
+
+
+def test_records_per_session_are_its_turns(closed: Sweep) -> None:
+    """Every request is one record, written and seen as it ended; turns count 1..3 and only
+    the last says the session completed."""
+    (outcome,) = closed.run.outcomes
+    assert closed.run.stopped is None
+    assert sorted(r.id for r in closed.written) == sorted(r.id for r in outcome.records)
+    assert [r.id for r in closed.seen] == [r.id for r in outcome.records]
+    sessions = closed.sessions()
+    assert sorted(sessions) == ["s0", "s1"]
+    for records in sessions.values():
+        assert [r.turn for r in records] == [1, 2, 3]
+        assert [r.session_end for r in records] == [None, None, "completed"]
+        assert all(r.ok and r.output_tokens == 8 and r.tool_calls == 0 for r in records)
+    assert outcome.warnings == [] or all("output length" not in w for w in outcome.warnings)
+
+
+def test_each_turn_sends_the_history_that_came_back(closed: Sweep) -> None:
+    """Turn k sends the system message, every earlier user message and the assistant text
+    that streamed back, then the new user message; lengths are pinned with ignore_eos."""
+    firsts = {e.body["messages"][1]["content"] for e in closed.exchanges}
+    assert len(firsts) == 2
+    for first in firsts:
+        exchanges = closed.exchanges_of(first)
+        assert len(exchanges) == 3
+        expected: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}]
+        for index, exchange in enumerate(exchanges):
+            sent = exchange.body["messages"]
+            assert sent[:-1] == expected
+            assert sent[-1]["role"] == "user"
+            assert exchange.body["max_tokens"] == 8
+            assert exchange.body["ignore_eos"] is True
+            assert "tools" not in exchange.body
+            expected = [*sent, {"role": "assistant", "content": exchange.content()}]
+            assert exchange.content(), f"turn {index + 1} streamed no text"
+        users = [m["content"] for m in exchanges[-1].body["messages"] if m["role"] == "user"]
+        assert len(set(users)) == 3  # distinct synthetic text per turn
+
+
+def test_prompt_tokens_grow_by_the_answer_and_the_new_turn(sim: Sim, closed: Sweep) -> None:
+    """Each turn's server prompt count is the /tokenize count of the messages it sent, and
+    grows from the previous turn by exactly its output, the new user text (sized to 20
+    tokens as plain text) and the template's tokens for the two new messages."""
+    template = (
+        sim.tokens({"messages": [
+            {"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
+            {"role": "user", "content": "c"},
+        ]})
+        - sim.tokens({"messages": [{"role": "user", "content": "a"}]})
+        - sim.tokens({"prompt": "b"}) - sim.tokens({"prompt": "c"})
+    )  # fmt: skip
+    by_prompt = {
+        sim.tokens({"messages": e.body["messages"]}): e.body["messages"] for e in closed.exchanges
+    }
+    for records in closed.sessions().values():
+        assert all(r.prompt_tokens in by_prompt for r in records)
+        for before, after in itertools.pairwise(records):
+            user = by_prompt[after.prompt_tokens][-1]["content"]
+            assert sim.tokens({"prompt": user}) == 20
+            assert (
+                after.prompt_tokens == before.prompt_tokens + before.output_tokens + 20 + template
+            )
+
+
+def test_closed_loop_keeps_at_most_c_sessions_in_flight(sim: Sim, tmp_path: Path) -> None:
+    """With concurrency 2 and five sessions, two sessions run at once, never three; each
+    worker starts its next session only after its previous one ended."""
+    spec = bench_spec(sim, synthetic(5, 2, output_len=4), think=Delay(0.02))
+    run = sweep(spec, [PointSpec("c=2", concurrency=2)], tmp_path)
+    sessions = run.sessions()
+    assert len(sessions) == 5
+    assert all(len(r) == 2 for r in sessions.values())
+    assert overlap(sessions) == 2
+
+
+def test_open_loop_starts_sessions_on_schedule(sim: Sim, tmp_path: Path) -> None:
+    """At 20 sessions/s (constant arrivals) session i is due 50 ms after session i-1 and is
+    not sent before it is due; --max-concurrency 1 keeps one session in flight."""
+    spec = bench_spec(sim, synthetic(4, 2, output_len=4))
+    point = PointSpec("rate=20", rate_rps=20.0, arrival="constant", max_concurrency=1)
+    sessions = sweep(spec, [point], tmp_path).sessions()
+    firsts = [sessions[f"s{i}"][0] for i in range(4)]
+    starts = [r.scheduled_ns for r in firsts]
+    assert all(abs(b - a - 50_000_000) <= 1 for a, b in itertools.pairwise(starts))
+    assert all(r.sent_ns >= r.scheduled_ns for recs in sessions.values() for r in recs)
+    assert overlap(sessions) == 1
+
+
+def test_think_time_delays_the_next_turn(sim: Sim, tmp_path: Path) -> None:
+    """A 0.2 s think time: each later turn is due at least 0.2 s after the previous answer
+    ended, and is not sent before it is due."""
+    spec = bench_spec(sim, synthetic(2, 3, output_len=4), think=Delay(0.2))
+    for records in sweep(spec, [PointSpec("c=2", concurrency=2)], tmp_path).sessions().values():
+        for before, after in itertools.pairwise(records):
+            assert after.scheduled_ns - before.end_ns >= 200_000_000
+            assert after.sent_ns >= after.scheduled_ns
+
+
+def test_point_deadline_stops_sessions(sim: Sim, tmp_path: Path) -> None:
+    """With a 0.6 s point and 0.25 s think time, a ten-turn session stops early: no request
+    is sent after the deadline and its last record says "stopped"."""
+    spec = bench_spec(
+        sim, synthetic(1, 10, output_len=4), think=Delay(0.25), duration_per_point_s=0.6
+    )
+    (records,) = sweep(spec, [PointSpec("c=1", concurrency=1)], tmp_path).sessions().values()
+    assert 1 < len(records) < 10
+    assert [r.session_end for r in records] == [None] * (len(records) - 1) + ["stopped"]
+    assert records[-1].sent_ns - records[0].scheduled_ns < 600_000_000
+
+
+def test_a_failed_turn_ends_its_session(tmp_path: Path, start_script: Callable[..., Any]) -> None:
+    """Against a server whose first stream is good, second malformed and third cut mid
+    chunk: one session fails at turn 1, the other at turn 2 when its connection drops; each
+    failure is classified and ends its session "failed", and the sweep returns normally."""
+    url = start_script(str(FAULTY)).url
+    plans = tuple(SessionPlan(n, (Turn("hello", 2), Turn("again", 2))) for n in ("a", "b"))
+    sessions = SessionsSpec(plans, "jsonl test", Delay(0.0), 2)
+    spec = BenchSpec(base_url=url, model="faulty", sessions=sessions, timeout_s=5.0)
+    run = sweep(spec, [PointSpec("c=2", concurrency=2)], tmp_path)
+    assert run.run.stopped is None
+    shapes = sorted(
+        [
+            [(r.turn, r.error_kind, r.session_end) for r in records]
+            for records in run.sessions().values()
+        ],
+        key=len,
+    )
+    assert shapes == [
+        [(1, "malformed_chunk", "failed")],
+        [(1, None, None), (2, "stream_cut", "failed")],
+    ]
+    assert len(run.written) == 3
+
+
+def test_sessions_cycle_with_distinct_ids() -> None:
+    """A sweep that needs more sessions than the plans cycles through them with a round
+    suffix, so ids stay distinct."""
+    plans = (SessionPlan("a", ()), SessionPlan("b", ()))
+    assert [session_id(plans, p) for p in range(5)] == ["a", "b", "a.2", "b.2", "a.3"]
+
+
+def test_delay_draws() -> None:
+    """A fixed delay is its value; a uniform one lies in [S/2, 3S/2]; exponential draws
+    average near S; a zero delay is zero whatever its kind."""
+    rng = random.Random(3)
+    assert draw_delay(Delay(0.4), rng) == 0.4
+    uniform = [draw_delay(Delay(2.0, "uniform"), rng) for _ in range(1000)]
+    assert min(uniform) >= 1.0
+    assert max(uniform) <= 3.0
+    exponential = [draw_delay(Delay(2.0, "exponential"), rng) for _ in range(4000)]
+    assert 1.8 < sum(exponential) / len(exponential) < 2.2
+    assert draw_delay(Delay(0.0, "exponential"), rng) == 0.0
