@@ -2,9 +2,11 @@
 
 Closed loop: `concurrency` workers each send the next request as soon as their previous one
 ends. Open loop: requests are sent at their scheduled arrival times (Poisson, gamma or
-constant), optionally capped by `max_concurrency`. Every request becomes a `RequestRecord`,
-appended and flushed the moment it ends. `/metrics` is scraped before and after each point
-and sampled during it for the gauges.
+constant), optionally capped by `max_concurrency`. With `BenchSpec.sessions` each point
+runs multi-turn sessions or agent loops instead (`bench.sessions`): the loops then drive
+sessions, not requests. Every request becomes a `RequestRecord`, appended and flushed the
+moment it ends. `/metrics` is scraped before and after each point and sampled during it for
+the gauges (`measure_point`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any, Protocol
 
 from servekit.analyze.summarize import distribution
 from servekit.bench.scrape import Snapshot, scrape, server_block
+from servekit.bench.sessions import SessionPoints
 from servekit.bench.sizing import sized_prompts
 from servekit.bench.spec import BenchSpec, Planned, PointOutcome, PointSpec
 from servekit.bench.store import RecordWriter
@@ -206,15 +209,26 @@ async def run_points(
     async with open_endpoint(spec.base_url, spec.headers, transport=transport) as endpoint:
         if (dead := await _dead_at_start(endpoint, spec)) is not None:
             return BenchRun(outcomes, dead)
+        run_one: Callable[[int, PointSpec, list[RequestRecord]], Awaitable[PointOutcome]]
         if spec.sessions is not None:
-            # sessions builds on this module's point machinery, so it is imported here
-            from servekit.bench.sessions import SessionPoints
-
-            sessions = SessionPoints(endpoint, spec, path, writer, on_record, rng)
-            progress.input_len_method = await sessions.prepare()
-            run_one: Callable[[int, PointSpec, list[RequestRecord]], Awaitable[PointOutcome]]
-            run_one = sessions.run_point
+            sessions = SessionPoints(
+                endpoint,
+                spec,
+                path,
+                body_of=lambda messages, out: request_body(spec, None, out, messages),
+                record_of=to_record,
+            )
+            progress.input_len_method = await sessions.prepare(rng)
             counts = [sessions.user_turns(index) for index in range(len(points))]
+
+            async def session_point(
+                index: int, point: PointSpec, records: list[RequestRecord]
+            ) -> PointOutcome:
+                return await _run_session_point(
+                    endpoint, spec, point, sessions, writer, on_record, rng, records
+                )
+
+            run_one = session_point
         else:
             counts = [point.requests or spec.requests_per_point for point in points]
             total = spec.warmup + sum(counts)
@@ -387,6 +401,48 @@ async def _run_point(
         client = outcome.client.model_copy(update={"workers": workers[0]})  # sent the load
         outcome = dataclasses.replace(outcome, client=client)
     return outcome
+
+
+async def _run_session_point(
+    endpoint: Endpoint,
+    spec: BenchSpec,
+    point: PointSpec,
+    sessions: SessionPoints,
+    writer: RecordWriter,
+    on_record: Callable[[RequestRecord], None],
+    rng: random.Random,
+    records: list[RequestRecord],
+) -> PointOutcome:
+    """A session point: concurrency = sessions in flight (closed loop), or rate = session
+    arrivals per second (open loop); measured like any other point."""
+    jobs = sessions.next_point(rng)
+    short: list[tuple[int, int]] = []
+
+    def keep(record: RequestRecord, wanted: int | None) -> None:
+        if wanted is not None and record.ok and record.output_tokens != wanted:
+            short.append((record.output_tokens, wanted))
+        writer.write(record)
+        records.append(record)
+        on_record(record)
+
+    async def send() -> list[ClientLoad]:
+        start = time.monotonic_ns()
+        closed = point.concurrency is not None
+        share = Share(
+            open_loop=not closed,
+            concurrency=point.concurrency or 0,
+            schedule=() if closed else _schedule(point, len(jobs), rng),
+            cap=point.max_concurrency,
+            start_ns=start,
+            deadline_ns=point_deadline(spec, start),
+        )
+
+        async def run(index: int, scheduled_ns: int) -> None:
+            await sessions.run(jobs[index], point.label, scheduled_ns, share.deadline_ns, keep)
+
+        return [await drive_share(share, closed_taker(len(jobs), share.deadline_ns), run)]
+
+    return await measure_point(endpoint, spec, point, records, send, short)
 
 
 def point_deadline(spec: BenchSpec, start_ns: int) -> int | None:

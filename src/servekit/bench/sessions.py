@@ -35,21 +35,10 @@ from jsonschema.exceptions import SchemaError
 from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
 
-from servekit.bench.runner import (
-    ClientLoad,
-    Share,
-    _schedule,
-    closed_taker,
-    drive_share,
-    measure_point,
-    point_deadline,
-    request_body,
-    to_record,
-)
 from servekit.bench.sizing import sized_prompts
-from servekit.bench.spec import BenchSpec, PointOutcome, PointSpec
-from servekit.bench.store import RecordWriter
+from servekit.bench.spec import BenchSpec
 from servekit.client.endpoint import Endpoint
+from servekit.client.http import TimedStream
 from servekit.client.stream import StreamResult, ToolCall
 from servekit.errors import UsageError
 from servekit.records import RequestRecord
@@ -150,13 +139,29 @@ def session_id(plans: Sequence[SessionPlan], position: int) -> str:
 
 
 Keep = Callable[[RequestRecord, "int | None"], None]
+"""Keeps one finished request's record, with the output length it had to have (None in an
+agent loop, where the model is free to stop)."""
+BodyOf = Callable[[list[dict[str, Any]], int], dict[str, Any]]
+"""Builds a request body from the messages and the output length (`runner.request_body`)."""
+RecordOf = Callable[[str, str, int, TimedStream], RequestRecord]
+"""Turns a timed stream into its record: (id, point label, scheduled_ns, stream)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SessionJob:
+    """One session of a point: its id, what it sends, and the seed of its delays."""
+
+    id: str
+    script: SessionScript
+    seed: int
 
 
 class SessionPoints:
-    """Runs a sweep's points as session points over one endpoint.
+    """The sessions of a sweep, sent over one endpoint.
 
-    `prepare()` sizes the synthetic turns once; `run_point(index, point, records)` runs
-    one point and returns its outcome, measured like any other point (`measure_point`).
+    `prepare()` sizes the synthetic turns once; `next_point(rng)` hands out a point's
+    sessions; `run(job, ...)` sends one session. The runner drives them like requests
+    (closed or open loop) and measures the point.
     """
 
     def __init__(
@@ -164,9 +169,9 @@ class SessionPoints:
         endpoint: Endpoint,
         spec: BenchSpec,
         path: str,
-        writer: RecordWriter,
-        on_record: Callable[[RequestRecord], None],
-        rng: random.Random,
+        *,
+        body_of: BodyOf,
+        record_of: RecordOf,
     ) -> None:
         assert spec.sessions is not None
         self.endpoint = endpoint
@@ -174,15 +179,13 @@ class SessionPoints:
         self.sessions: SessionsSpec = spec.sessions
         self.agent: AgentSpec | None = spec.sessions.agent
         self.path = path
-        self.writer = writer
-        self.on_record = on_record
-        self.rng = rng
-        self.tools = tuple(self.agent.tools) if self.agent else tuple(spec.tools)
-        self.validators = tool_validators(self.tools)
+        self.body_of = body_of
+        self.record_of = record_of
+        self.validators = tool_validators(self.agent.tools if self.agent else spec.tools)
         self.scripts: list[SessionScript] = []
-        self.sent = 0  # sessions handed to points so far
+        self.handed = 0  # sessions handed to points so far
 
-    async def prepare(self) -> str:
+    async def prepare(self, rng: random.Random) -> str:
         """Size every synthetic turn's text; return how lengths were counted."""
         plans = self.sessions.sessions
         if not plans:
@@ -199,7 +202,7 @@ class SessionPoints:
             plain = dataclasses.replace(
                 self.spec, api="completions", tools=(), shared_prefix=0, chat_template_kwargs=None
             )
-            texts, counted = await sized_prompts(self.endpoint, plain, wanted, self.rng)
+            texts, counted = await sized_prompts(self.endpoint, plain, wanted, rng)
             method = f"{counted} ({PLAIN_TEXT_NOTE})"
         made = iter(texts)
         for plan in plans:
@@ -217,49 +220,18 @@ class SessionPoints:
             len(self.scripts[p % len(self.scripts)].users) for p in range(first, first + count)
         )
 
-    async def run_point(
-        self, index: int, point: PointSpec, records: list[RequestRecord]
-    ) -> PointOutcome:
-        """Run the point's sessions; records are written and kept as each request ends."""
-        count = self.sessions.sessions_per_point
-        positions = range(self.sent, self.sent + count)
-        self.sent += count
+    def next_point(self, rng: random.Random) -> list[SessionJob]:
+        """The next point's sessions, in order, each with a delay seed drawn from `rng`."""
         plans = self.sessions.sessions
-        chosen = [(session_id(plans, p), self.scripts[p % len(plans)]) for p in positions]
-        seeds = [self.rng.getrandbits(64) for _ in chosen]
-        short: list[tuple[int, int]] = []
-
-        def keep(record: RequestRecord, wanted: int | None) -> None:
-            if wanted is not None and record.ok and record.output_tokens != wanted:
-                short.append((record.output_tokens, wanted))
-            self.writer.write(record)
-            records.append(record)
-            self.on_record(record)
-
-        async def send() -> list[ClientLoad]:
-            start = time.monotonic_ns()
-            deadline = point_deadline(self.spec, start)
-            closed = point.concurrency is not None
-            share = Share(
-                open_loop=not closed,
-                concurrency=point.concurrency or 0,
-                schedule=() if closed else _schedule(point, count, self.rng),
-                cap=point.max_concurrency,
-                start_ns=start,
-                deadline_ns=deadline,
-            )
-
-            async def run(i: int, scheduled_ns: int) -> None:
-                sid, script = chosen[i]
-                rng = random.Random(seeds[i])
-                await self._session(point.label, sid, script, rng, scheduled_ns, deadline, keep)
-
-            return [await drive_share(share, closed_taker(count, deadline), run)]
-
-        return await measure_point(self.endpoint, self.spec, point, records, send, short)
+        positions = range(self.handed, self.handed + self.sessions.sessions_per_point)
+        self.handed = positions.stop
+        return [
+            SessionJob(session_id(plans, p), self.scripts[p % len(plans)], rng.getrandbits(64))
+            for p in positions
+        ]
 
     def _body(self, messages: list[dict[str, Any]], output_len: int) -> dict[str, Any]:
-        body = request_body(self.spec, None, output_len, messages)
+        body = self.body_of(messages, output_len)
         if self.agent is not None:  # the model must be free to stop: max_tokens is a cap
             body.pop("ignore_eos", None)
             body.pop("min_tokens", None)
@@ -267,18 +239,13 @@ class SessionPoints:
             body["tool_choice"] = "auto"
         return body
 
-    async def _session(
-        self,
-        label: str,
-        sid: str,
-        script: SessionScript,
-        rng: random.Random,
-        due_ns: int,
-        deadline_ns: int | None,
-        keep: Keep,
+    async def run(
+        self, job: SessionJob, label: str, due_ns: int, deadline_ns: int | None, keep: Keep
     ) -> None:
-        """Send one session's requests in order; the last record says how it ended."""
+        """Send one session's requests in order, the first at `due_ns`; the last record
+        says how it ended. No request is started at or after `deadline_ns`."""
         agent = self.agent
+        sid, script, rng = job.id, job.script, random.Random(job.seed)
         messages: list[dict[str, Any]] = []
         if script.system is not None:
             messages.append({"role": "system", "content": script.system})
@@ -296,7 +263,7 @@ class SessionPoints:
                 result = timed.result
                 calls = [result.tool_calls[i] for i in sorted(result.tool_calls)]
                 record = dataclasses.replace(
-                    to_record(f"{label}-{sid}-{sent}", label, due_ns, timed),
+                    self.record_of(f"{label}-{sid}-{sent}", label, due_ns, timed),
                     session=sid,
                     turn=sent,
                     tool_calls=len(calls),
@@ -321,13 +288,13 @@ class SessionPoints:
                 if not tool_round:
                     messages.append(assistant_message(result, (), str))
                     break
+                assert agent is not None
 
                 def call_id(call: ToolCall, n: int = sent) -> str:
                     return f"call-{sid}-{n}-{call.index}"
 
                 reply = assistant_message(result, calls, call_id)
                 messages.append(reply)
-                assert agent is not None
                 messages += [
                     {"role": "tool", "tool_call_id": c["id"], "content": agent.tool_result}
                     for c in reply["tool_calls"]
