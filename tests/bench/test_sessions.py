@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import random
+import signal
+import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,11 +22,13 @@ from session_helpers import Sim, Sweep, sim_server, sweep
 
 from servekit.bench.sessions import draw_delay, session_id
 from servekit.bench.spec import BenchSpec, PointSpec
+from servekit.bench.store import read_records
 from servekit.records import RequestRecord
-from servekit.workload.sessions import Delay, SessionPlan, SessionsSpec, Turn
+from servekit.workload.sessions import AgentSpec, Delay, SessionPlan, SessionsSpec, Turn
 
 pytestmark = pytest.mark.integration
 FAULTY = Path(__file__).with_name("faulty_server.py")
+SCRIPTED = Path(__file__).with_name("scripted_server.py")
 SYSTEM = "You answer briefly."
 
 
@@ -83,7 +89,8 @@ def test_records_per_session_are_its_turns(closed: Sweep) -> None:
         assert [r.turn for r in records] == [1, 2, 3]
         assert [r.session_end for r in records] == [None, None, "completed"]
         assert all(r.ok and r.output_tokens == 8 and r.tool_calls == 0 for r in records)
-    assert outcome.warnings == [] or all("output length" not in w for w in outcome.warnings)
+    # lengths as asked, and the server generated exactly the tokens the client counted
+    assert not [w for w in outcome.warnings if "output length" in w or "generated" in w]
 
 
 def test_each_turn_sends_the_history_that_came_back(closed: Sweep) -> None:
@@ -221,3 +228,75 @@ def test_delay_draws() -> None:
     exponential = [draw_delay(Delay(2.0, "exponential"), rng) for _ in range(4000)]
     assert 1.8 < sum(exponential) / len(exponential) < 2.2
     assert draw_delay(Delay(0.0, "exponential"), rng) == 0.0
+
+
+RUN_SESSIONS = """
+import sys
+from pathlib import Path
+from servekit.bench.spec import BenchSpec, PointSpec
+from servekit.bench.summary import run_bench
+from servekit.errors import Interrupted
+from servekit.workload.sessions import AgentSpec, Delay, SessionPlan, SessionsSpec, Turn
+plans = tuple(SessionPlan(f"s{i}", tuple(Turn(None, 16, 20) for _ in range(6))) for i in range(40))
+sessions = SessionsSpec(plans, "synthetic", Delay(0.05), 40)
+spec = BenchSpec(base_url=sys.argv[1], model="", sessions=sessions)
+try:
+    run_bench(spec, [PointSpec("c=4", concurrency=4)], Path(sys.argv[2]), version="test")
+except Interrupted as exc:
+    print(exc.message, file=sys.stderr)
+    sys.exit(exc.exit_code)
+"""
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_interrupted_sessions_keep_their_records(
+    sim: Sim, tmp_path: Path, sig: signal.Signals, code: int
+) -> None:
+    """Ctrl-C or SIGTERM mid-point: the run exits 130/143, every record written parses and
+    the summary's point covers exactly those records."""
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", RUN_SESSIONS, sim.url, str(out)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    records_file = out / "records.jsonl"
+    for _ in range(600):
+        if records_file.is_file() and records_file.read_bytes().count(b"\n") >= 10:
+            break
+        time.sleep(0.05)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == code, err.decode()
+    records = read_records(out)
+    assert len(records) >= 10
+    assert all(r.session is not None and r.turn is not None for r in records)
+    point = json.loads((out / "summary.json").read_text(encoding="utf-8"))["points"][0]
+    assert point["completed"] + point["failed"] == len(records)
+
+
+def test_output_length_checked_except_in_agent_loops(
+    tmp_path: Path, start_script: Callable[..., Any]
+) -> None:
+    """A server that always answers 128 tokens (32 of reasoning): session turns that asked
+    for 200 are flagged as short, agent turns (where 200 is only a cap) are not, and only
+    the answer's content is sent back."""
+    url = start_script(str(SCRIPTED), str(tmp_path / "truth.jsonl")).url
+    plans = (SessionPlan("a", (Turn("hello", 200), Turn("again", 200))),)
+    warnings = {}
+    for name, agent in (("chat", None), ("agent", AgentSpec((), Delay(0.0), "ok", 4))):
+        sessions = SessionsSpec(plans, "jsonl test", Delay(0.0), 1, agent)
+        spec = BenchSpec(base_url=url, model="scripted", sessions=sessions)
+        run = sweep(spec, [PointSpec("c=1", concurrency=1)], tmp_path / name)
+        (records,) = run.sessions().values()
+        assert [(r.output_tokens, r.session_end) for r in records] == [
+            (128, None),
+            (128, "completed"),
+        ]
+        warnings[name] = run.run.outcomes[0].warnings
+        # the answer's 96 content tokens go back; its 32 reasoning tokens do not
+        assert run.exchanges[1].body["messages"][1] == {"role": "assistant", "content": " c" * 96}
+    assert warnings["chat"][0] == (
+        "2 request(s) did not get the output length asked for (e.g. 128 of 200 tokens): "
+        "the server ignored max_tokens/min_tokens/ignore_eos"
+    )
+    assert all("output length" not in w for w in warnings["agent"])
