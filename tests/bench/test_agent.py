@@ -159,7 +159,8 @@ def test_next_user_turn_follows_the_text_answer(sim: Sim, tmp_path: Path) -> Non
 
 def test_invalid_calls_by_reason() -> None:
     """A call is invalid when its arguments are not JSON, fail the schema, or it names no
-    known tool; a schema's own `$schema` draft decides how it is read."""
+    known tool; a schema's own `$schema` draft decides how it is read; an unresolvable
+    `$ref` fails the call instead of raising."""
     draft4 = {
         "type": "function",
         "function": {
@@ -171,7 +172,11 @@ def test_invalid_calls_by_reason() -> None:
             },
         },
     }
-    validators = tool_validators([WEATHER, draft4])
+    remote = {
+        "type": "function",
+        "function": {"name": "remote", "parameters": {"$ref": "https://example.invalid/s.json"}},
+    }
+    validators = tool_validators([WEATHER, draft4, remote])
     calls = [
         ToolCall(0, None, "get_weather", '{"city": "Paris"}'),
         ToolCall(1, None, "get_weather", '{"city": '),
@@ -179,9 +184,10 @@ def test_invalid_calls_by_reason() -> None:
         ToolCall(3, None, "get_time", "{}"),
         ToolCall(4, None, "limit", '{"n": 4}'),
         ToolCall(5, None, "limit", '{"n": 5}'),
+        ToolCall(6, None, "remote", "{}"),  # a schema that cannot be resolved never passes
     ]
-    assert [invalid_calls([c], validators) for c in calls] == [0, 1, 1, 1, 0, 1]
-    assert invalid_calls(calls, validators) == 4
+    assert [invalid_calls([c], validators) for c in calls] == [0, 1, 1, 1, 0, 1, 1]
+    assert invalid_calls(calls, validators) == 5
 
 
 def test_a_tool_with_a_broken_schema_is_refused() -> None:

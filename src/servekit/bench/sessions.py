@@ -34,6 +34,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
+from referencing.exceptions import Unresolvable
 
 from servekit.bench.sizing import sized_prompts
 from servekit.bench.spec import BenchSpec
@@ -96,20 +97,18 @@ def tool_validators(tools: Sequence[dict[str, Any]]) -> dict[str, Validator]:
 
 def invalid_calls(calls: Sequence[ToolCall], validators: dict[str, Validator]) -> int:
     """How many calls name no known tool, or have arguments that are not JSON or fail
-    that tool's schema."""
-    invalid = 0
-    for call in calls:
-        validator = validators.get(call.name)
-        try:
-            arguments = orjson.loads(call.arguments)
-        except orjson.JSONDecodeError:
-            arguments = _NOT_JSON
-        if validator is None or arguments is _NOT_JSON or not validator.is_valid(arguments):
-            invalid += 1
-    return invalid
+    that tool's schema (a schema whose `$ref` points outside it cannot pass)."""
+    return sum(1 for call in calls if not _valid_call(call, validators))
 
 
-_NOT_JSON = object()
+def _valid_call(call: ToolCall, validators: dict[str, Validator]) -> bool:
+    validator = validators.get(call.name)
+    if validator is None:
+        return False
+    try:
+        return bool(validator.is_valid(orjson.loads(call.arguments)))
+    except (orjson.JSONDecodeError, Unresolvable):
+        return False
 
 
 def assistant_message(
