@@ -198,7 +198,8 @@ async def run_points(
 ) -> BenchRun:
     """Run every point in order; stop early (with the reason) if the server dies.
 
-    With a `pool`, other processes send each point's requests and this one keeps the records.
+    With a `pool`, other processes send each point's requests and this one keeps the records
+    (session points always run in this process: a session's turns depend on each other).
     Requests go over `transport` when given (a test's fake server), else over servekit's
     own HTTP session.
     """
