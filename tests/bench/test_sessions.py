@@ -300,3 +300,23 @@ def test_output_length_checked_except_in_agent_loops(
         "the server ignored max_tokens/min_tokens/ignore_eos"
     )
     assert all("output length" not in w for w in warnings["agent"])
+
+
+def test_a_dead_server_stops_the_sweep(tmp_path: Path) -> None:
+    """A simulator whose engine dies when it batches three requests: the c=4 session point
+    fails, /health no longer answers 200, and the sweep stops before its next point with
+    the reason; every session of the point ended, the failed ones "failed"."""
+    with sim_server("--fault", "crash-at-concurrency=3") as dying:
+        spec = bench_spec(dying, synthetic(4, 2, output_len=16), timeout_s=10.0)
+        points = [PointSpec("c=4", concurrency=4), PointSpec("c=1", concurrency=1)]
+        run = sweep(spec, points, tmp_path)
+    assert run.run.stopped is not None
+    assert "stopped answering /health during c=4" in run.run.stopped.message
+    assert [o.spec.label for o in run.run.outcomes] == ["c=4"]
+    sessions = run.sessions()
+    assert len(sessions) == 4
+    for records in sessions.values():
+        assert records[-1].session_end in ("failed", "completed")
+        assert all(r.session_end is None for r in records[:-1])
+        assert (records[-1].session_end == "failed") == (not records[-1].ok)
+    assert any(not r.ok for recs in sessions.values() for r in recs)
