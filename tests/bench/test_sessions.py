@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import random
 import signal
 import subprocess
 import sys
@@ -20,7 +19,7 @@ import itertools
 
 from session_helpers import Sim, Sweep, sim_server, sweep
 
-from servekit.bench.sessions import draw_delay, session_id
+from servekit.bench.sessions import session_id
 from servekit.bench.spec import BenchSpec, PointSpec
 from servekit.bench.store import read_records
 from servekit.records import RequestRecord
@@ -215,19 +214,6 @@ def test_sessions_cycle_with_distinct_ids() -> None:
     suffix, so ids stay distinct."""
     plans = (SessionPlan("a", ()), SessionPlan("b", ()))
     assert [session_id(plans, p) for p in range(5)] == ["a", "b", "a.2", "b.2", "a.3"]
-
-
-def test_delay_draws() -> None:
-    """A fixed delay is its value; a uniform one lies in [S/2, 3S/2]; exponential draws
-    average near S; a zero delay is zero whatever its kind."""
-    rng = random.Random(3)
-    assert draw_delay(Delay(0.4), rng) == 0.4
-    uniform = [draw_delay(Delay(2.0, "uniform"), rng) for _ in range(1000)]
-    assert min(uniform) >= 1.0
-    assert max(uniform) <= 3.0
-    exponential = [draw_delay(Delay(2.0, "exponential"), rng) for _ in range(4000)]
-    assert 1.8 < sum(exponential) / len(exponential) < 2.2
-    assert draw_delay(Delay(0.0, "exponential"), rng) == 0.0
 
 
 RUN_SESSIONS = """

@@ -43,7 +43,7 @@ from servekit.client.http import TimedStream
 from servekit.client.stream import StreamResult, ToolCall
 from servekit.errors import UsageError
 from servekit.records import RequestRecord
-from servekit.workload.sessions import AgentSpec, Delay, SessionPlan, SessionsSpec
+from servekit.workload.sessions import AgentSpec, SessionPlan, SessionsSpec, draw_delay
 
 PLAIN_TEXT_NOTE = "each turn's new user text, as plain text"
 
@@ -55,18 +55,6 @@ class SessionScript:
     system: str | None
     users: tuple[str, ...]
     output_lens: tuple[int, ...]
-
-
-def draw_delay(delay: Delay, rng: random.Random) -> float:
-    """One draw of a delay in seconds: fixed, exponential (that mean) or uniform in
-    [mean/2, 3 mean/2]."""
-    if delay.mean_s <= 0:
-        return 0.0
-    if delay.kind == "exponential":
-        return rng.expovariate(1.0 / delay.mean_s)
-    if delay.kind == "uniform":
-        return rng.uniform(delay.mean_s / 2, 1.5 * delay.mean_s)
-    return delay.mean_s
 
 
 def tool_validators(tools: Sequence[dict[str, Any]]) -> dict[str, Validator]:
