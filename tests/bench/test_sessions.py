@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 if str(Path(__file__).parent) not in sys.path:  # session_helpers sits beside this file
     sys.path.insert(0, str(Path(__file__).parent))
@@ -22,6 +23,7 @@ from session_helpers import Sim, Sweep, sim_server, sweep
 from servekit.bench.sessions import session_id
 from servekit.bench.spec import BenchSpec, PointSpec
 from servekit.bench.store import read_records
+from servekit.cli.main import cli
 from servekit.records import RequestRecord
 from servekit.workload.sessions import AgentSpec, Delay, SessionPlan, SessionsSpec, Turn
 
@@ -306,3 +308,22 @@ def test_a_dead_server_stops_the_sweep(tmp_path: Path) -> None:
         assert all(r.session_end is None for r in records[:-1])
         assert (records[-1].session_end == "failed") == (not records[-1].ok)
     assert any(not r.ok for recs in sessions.values() for r in recs)
+
+
+def test_bench_cli_runs_synthetic_sessions(sim: Sim, tmp_path: Path) -> None:
+    """`servekit bench --turns 2 --sessions 3` runs three two-turn sessions per point, each
+    turn's new text sized to --input-len tokens as plain text, as the summary says."""
+    out = tmp_path / "run"
+    result = CliRunner().invoke(cli, [
+        "bench", "--url", sim.url, "--turns", "2", "--sessions", "3", "--concurrency", "2",
+        "--input-len", "12", "--output-len", "4", "--out", str(out), "--json",
+    ])  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert summary["workload"]["input_len_method"] == (
+        "server /tokenize (each turn's new user text, as plain text)"
+    )
+    records = read_records(out)
+    assert sorted((r.session, r.turn, r.session_end) for r in records) == [
+        (s, t, "completed" if t == 2 else None) for s in ("s1", "s2", "s3") for t in (1, 2)
+    ]
