@@ -14,9 +14,10 @@ its sessions interleave. Every request becomes a record labelled with its sessio
 1-based index in it; the session's last record says how it ended.
 
 Synthetic turns (`Turn.user` None) get distinct pseudo-words sized to `input_len` tokens as
-plain text with the server's `/tokenize` (`bench.sizing`): the chat template's tokens around
-the message, and any BOS token the tokenizer adds to a plain prompt, are not part of the
-count.
+plain text with the server's `/tokenize` (`bench.sizing`), not counting the special tokens
+(a BOS) the tokenizer adds to any plain prompt; the chat template's tokens around the
+message are not part of the count, and a tokenizer may merge the text's first token with
+them differently.
 """
 
 from __future__ import annotations
@@ -189,6 +190,8 @@ class SessionPoints:
             plain = dataclasses.replace(
                 self.spec, api="completions", tools=(), shared_prefix=0, chat_template_kwargs=None
             )
+            extra = await self._special_tokens()
+            wanted = [n + extra for n in wanted]
             texts, counted = await sized_prompts(self.endpoint, plain, wanted, rng)
             method = f"{counted} ({PLAIN_TEXT_NOTE})"
         made = iter(texts)
@@ -197,6 +200,18 @@ class SessionPoints:
             lens = tuple(turn.output_len for turn in plan.turns)
             self.scripts.append(SessionScript(plan.system, users, lens))
         return method
+
+    async def _special_tokens(self) -> int:
+        """Tokens `/tokenize` adds to any plain prompt (a BOS token), which a message in a
+        chat history does not get: one word counted with and without them."""
+        body = {"model": self.spec.model, "prompt": "hello"}
+        timeout_s = self.spec.timeout_s
+        with_special = await self.endpoint.tokenize(body, timeout_s=timeout_s)
+        if with_special is None:
+            return 0
+        bare = {**body, "add_special_tokens": False}
+        without = await self.endpoint.tokenize(bare, timeout_s=timeout_s)
+        return 0 if without is None else max(with_special - without, 0)
 
     def user_turns(self, index: int) -> int:
         """User turns in the sessions of the sweep's `index`-th point: its request count,
