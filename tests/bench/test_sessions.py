@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+import random
 import signal
 import subprocess
 import sys
@@ -16,7 +18,6 @@ from click.testing import CliRunner
 
 if str(Path(__file__).parent) not in sys.path:  # session_helpers sits beside this file
     sys.path.insert(0, str(Path(__file__).parent))
-import itertools
 
 from session_helpers import Sim, Sweep, sim_server, sweep
 
@@ -25,7 +26,14 @@ from servekit.bench.spec import BenchSpec, PointSpec
 from servekit.bench.store import read_records
 from servekit.cli.main import cli
 from servekit.records import RequestRecord
-from servekit.workload.sessions import AgentSpec, Delay, SessionPlan, SessionsSpec, Turn
+from servekit.workload.sessions import (
+    AgentSpec,
+    Delay,
+    SessionPlan,
+    SessionsSpec,
+    Turn,
+    draw_delay,
+)
 
 pytestmark = pytest.mark.integration
 FAULTY = Path(__file__).with_name("faulty_server.py")
@@ -224,7 +232,14 @@ from pathlib import Path
 from servekit.bench.spec import BenchSpec, PointSpec
 from servekit.bench.summary import run_bench
 from servekit.errors import Interrupted
-from servekit.workload.sessions import AgentSpec, Delay, SessionPlan, SessionsSpec, Turn
+from servekit.workload.sessions import (
+    AgentSpec,
+    Delay,
+    SessionPlan,
+    SessionsSpec,
+    Turn,
+    draw_delay,
+)
 plans = tuple(SessionPlan(f"s{i}", tuple(Turn(None, 16, 20) for _ in range(6))) for i in range(40))
 sessions = SessionsSpec(plans, "synthetic", Delay(0.05), 40)
 spec = BenchSpec(base_url=sys.argv[1], model="", sessions=sessions)
@@ -327,3 +342,24 @@ def test_bench_cli_runs_synthetic_sessions(sim: Sim, tmp_path: Path) -> None:
     assert sorted((r.session, r.turn, r.session_end) for r in records) == [
         (s, t, "completed" if t == 2 else None) for s in ("s1", "s2", "s3") for t in (1, 2)
     ]
+
+
+def test_think_times_are_drawn_per_session_from_the_seed(sim: Sim, tmp_path: Path) -> None:
+    """Exponential think times: session i draws from its own RNG, seeded by the i-th draw
+    of the run's seeded RNG, so each later turn is due at least its drawn time (and not
+    much more) after the previous answer, however the sessions interleave."""
+    plans = tuple(
+        SessionPlan(f"t{i}", tuple(Turn(f"question {i}.{k}", 4) for k in range(4)))
+        for i in range(2)
+    )
+    spec = bench_spec(sim, plans, think=Delay(0.1, "exponential"))
+    sessions = sweep(spec, [PointSpec("c=2", concurrency=2)], tmp_path).sessions()
+    run_rng = random.Random(spec.seed)
+    for i, seed in enumerate([run_rng.getrandbits(64) for _ in plans]):
+        own = random.Random(seed)
+        drawn = [draw_delay(Delay(0.1, "exponential"), own) for _ in range(3)]
+        records = sessions[f"t{i}"]
+        gaps = [b.scheduled_ns - a.end_ns for a, b in itertools.pairwise(records)]
+        assert len(set(drawn)) == 3
+        for gap, want in zip(gaps, drawn, strict=True):
+            assert int(want * 1e9) <= gap < int(want * 1e9) + 20_000_000
