@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import itertools
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -210,63 +209,85 @@ async def run_points(
     async with open_endpoint(spec.base_url, spec.headers, transport=transport) as endpoint:
         if (dead := await _dead_at_start(endpoint, spec)) is not None:
             return BenchRun(outcomes, dead)
-        run_one: Callable[[int, PointSpec, list[RequestRecord]], Awaitable[PointOutcome]]
         if spec.sessions is not None:
-            sessions = SessionPoints(
+            return await _run_session_points(
+                endpoint, spec, path, points, writer, progress, on_record, on_point, rng
+            )
+        counts = [point.requests or spec.requests_per_point for point in points]
+        total = spec.warmup + sum(counts)
+        planned, progress.input_len_method = await plan_requests(endpoint, spec, total, rng)
+        warm = [p.body for p in planned[: spec.warmup]]
+        await asyncio.gather(*(endpoint.stream(path, b, timeout_s=spec.timeout_s) for b in warm))
+        offset = spec.warmup
+        for point, count in zip(points, counts, strict=True):
+            bodies = planned[offset : offset + count]
+            offset += count
+            progress.current, progress.current_records = point, []
+            on_point(point, len(bodies))
+            outcome = await _run_point(
                 endpoint,
                 spec,
                 path,
-                body_of=lambda messages, out: request_body(spec, None, out, messages),
-                record_of=to_record,
+                point,
+                bodies,
+                writer,
+                on_record,
+                rng,
+                progress.current_records,
+                pool,
             )
-            progress.input_len_method = await sessions.prepare(rng)
-            counts = [sessions.user_turns(index) for index in range(len(points))]
-
-            async def session_point(
-                index: int, point: PointSpec, records: list[RequestRecord]
-            ) -> PointOutcome:
-                return await _run_session_point(
-                    endpoint, spec, point, sessions, writer, on_record, rng, records
-                )
-
-            run_one = session_point
-        else:
-            counts = [point.requests or spec.requests_per_point for point in points]
-            total = spec.warmup + sum(counts)
-            planned, progress.input_len_method = await plan_requests(endpoint, spec, total, rng)
-            warm = [p.body for p in planned[: spec.warmup]]
-            await asyncio.gather(
-                *(endpoint.stream(path, b, timeout_s=spec.timeout_s) for b in warm)
-            )
-            starts = list(itertools.accumulate(counts, initial=spec.warmup))
-
-            async def plain_point(
-                index: int, point: PointSpec, records: list[RequestRecord]
-            ) -> PointOutcome:
-                bodies = planned[starts[index] : starts[index] + counts[index]]
-                return await _run_point(
-                    endpoint, spec, path, point, bodies, writer, on_record, rng, records, pool
-                )
-
-            run_one = plain_point
-
-        for index, (point, count) in enumerate(zip(points, counts, strict=True)):
-            progress.current, progress.current_records = point, []
-            on_point(point, count)
-            outcome = await run_one(index, point, progress.current_records)
             progress.current = None
             outcomes.append(outcome)
-            failed = sum(1 for r in outcome.records if not r.ok)
-            if failed and await endpoint.health() != 200:
-                return BenchRun(
-                    outcomes,
-                    EndpointError(
-                        f"the server at {spec.base_url} stopped answering /health during "
-                        f"{point.label} ({failed} request(s) failed); the sweep stopped",
-                        fix="check the engine log (servekit plan --from-log LOG) and restart it",
-                    ),
-                )
+            if (stopped := await _server_died(endpoint, spec, outcome)) is not None:
+                return BenchRun(outcomes, stopped)
     return BenchRun(outcomes)
+
+
+async def _run_session_points(
+    endpoint: Endpoint,
+    spec: BenchSpec,
+    path: str,
+    points: list[PointSpec],
+    writer: RecordWriter,
+    progress: Progress,
+    on_record: Callable[[RequestRecord], None],
+    on_point: Callable[[PointSpec, int], None],
+    rng: random.Random,
+) -> BenchRun:
+    """`run_points` for multi-turn sessions and agent loops (`BenchSpec.sessions`)."""
+    sessions = SessionPoints(
+        endpoint,
+        spec,
+        path,
+        body_of=lambda messages, out: request_body(spec, None, out, messages),
+        record_of=to_record,
+    )
+    progress.input_len_method = await sessions.prepare(rng)
+    for index, point in enumerate(points):
+        progress.current, progress.current_records = point, []
+        on_point(point, sessions.user_turns(index))
+        outcome = await _run_session_point(
+            endpoint, spec, point, sessions, writer, on_record, rng, progress.current_records
+        )
+        progress.current = None
+        progress.outcomes.append(outcome)
+        if (stopped := await _server_died(endpoint, spec, outcome)) is not None:
+            return BenchRun(progress.outcomes, stopped)
+    return BenchRun(progress.outcomes)
+
+
+async def _server_died(
+    endpoint: Endpoint, spec: BenchSpec, outcome: PointOutcome
+) -> EndpointError | None:
+    """Why the sweep stops after a point: requests failed and /health no longer answers."""
+    failed = sum(1 for r in outcome.records if not r.ok)
+    if not failed or await endpoint.health() == 200:
+        return None
+    return EndpointError(
+        f"the server at {spec.base_url} stopped answering /health during "
+        f"{outcome.spec.label} ({failed} request(s) failed); the sweep stopped",
+        fix="check the engine log (servekit plan --from-log LOG) and restart it",
+    )
 
 
 async def _dead_at_start(endpoint: Endpoint, spec: BenchSpec) -> EndpointError | None:
