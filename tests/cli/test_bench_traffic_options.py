@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from servekit.bench.spec import BenchSpec, PointSpec
+from servekit.cli._bench_sessions import sessions_input
 from servekit.cli._bench_spec import bench_inputs
 from servekit.cli.bench import bench_command
 from servekit.cli.main import cli
@@ -141,6 +142,12 @@ def test_bad_trace_file_is_one_line_exit_2(tmp_path: Path) -> None:
     assert lines[0].startswith(f"servekit: error: {path}:2: hash_ids is missing; ")
 
 
+LENGTHS_REFUSED = (
+    "--trace gives every request's lengths and prefix sharing; it cannot take --input-len, "
+    "--output-len or --shared-prefix"
+)
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
@@ -155,6 +162,9 @@ def test_bad_trace_file_is_one_line_exit_2(tmp_path: Path) -> None:
         ),
         (["--rate", "2"], "--trace sets the send times; it cannot take --concurrency or --rate"),
         (["--workers", "2"], "--trace with --workers > 1 is not supported yet"),
+        (["--input-len", "64"], LENGTHS_REFUSED),
+        (["--output-len", "64"], LENGTHS_REFUSED),
+        (["--shared-prefix", "16"], LENGTHS_REFUSED),
     ],
 )
 def test_trace_refusals(trace_file: Path, extra: list[str], message: str) -> None:
@@ -304,3 +314,11 @@ def test_bad_conversations_file_names_line_and_field(tmp_path: Path) -> None:
     assert refusal("--conversations", str(path), "--concurrency", "1") == (
         f"{path}:2: turns[0].user must be a non-empty string"
     )
+
+
+def test_sessions_input_takes_integer_lengths() -> None:
+    """sim run passes its lengths as integers; sessions_input takes them as bench's text."""
+    spec = sessions_input({"turns": 2, "input_len": 300, "output_len": 20, "rate": "1"}, ())
+    assert spec is not None
+    assert spec.sessions[0].turns == (Turn(None, 20, 300),) * 2
+    assert (spec.think_time, spec.agent, spec.sessions_per_point) == (Delay(0.0), None, 16)

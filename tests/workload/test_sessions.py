@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import random
 import statistics
+from pathlib import Path
 
+import jsonschema
 import pytest
 
 from servekit.errors import UsageError
@@ -19,6 +21,7 @@ from servekit.workload.sessions import (
     parse_delay,
     synthetic_sessions,
 )
+from servekit.workload.tools import parse_tools
 
 
 def conversations(text: str, **options: object) -> list[SessionPlan]:
@@ -193,3 +196,55 @@ def test_synthetic_sessions() -> None:
     assert plans == synthetic_sessions(
         3, 4, LengthSpec(200), LengthSpec(50, "uniform"), random.Random(1)
     )
+
+
+# ---- the sample files in examples/sessions and examples/agent
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def example(name: str) -> list[SessionPlan]:
+    """A sample conversations file parsed by the real parser (default output 128)."""
+    text = (EXAMPLES / name).read_text(encoding="utf-8")
+    return parse_conversations(text, name, default_output_len=128)
+
+
+def test_conversations_example() -> None:
+    """The JSONL sample: 4 conversations, 'turns' and 'messages' forms, word-count outputs."""
+    plans = example("sessions/conversations.jsonl")
+    assert [(p.id, len(p.turns)) for p in plans] == [
+        ("trip-planning", 3),
+        ("sql-help", 2),
+        ("recipe", 3),
+        ("one-question", 1),
+    ]
+    assert plans[0].system == "You are a concise travel assistant."
+    assert [t.output_len for t in plans[0].turns] == [220, 140, 320]
+    assert [t.output_len for t in plans[1].turns] == [128, 96]
+    assert [t.output_len for t in plans[2].turns] == [27, 23, 128]
+    assert plans[2].system == "Answer like a patient cooking teacher."
+
+
+def test_sharegpt_example() -> None:
+    """The ShareGPT sample: every turn of 2 conversations; the gpt-first one is left out."""
+    plans = example("sessions/sharegpt-multiturn.json")
+    assert [p.id for p in plans] == ["garden-1", "code-review-7"]
+    assert plans[0].system == "You are a friendly gardening helper."
+    assert [t.output_len for t in plans[0].turns] == [33, 13, 18]
+    assert [t.output_len for t in plans[1].turns] == [20, 27]
+
+
+def test_agent_examples() -> None:
+    """The agent sample: one weather tool with a valid JSON schema, 6 weather tasks."""
+    tools = parse_tools((EXAMPLES / "agent/tools.json").read_text(encoding="utf-8"), "tools")
+    assert [t["function"]["name"] for t in tools] == ["get_weather"]
+    schema = tools[0]["function"]["parameters"]
+    jsonschema.Draft202012Validator.check_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    assert validator.is_valid({"city": "Lisbon", "unit": "celsius"})
+    assert not validator.is_valid({"unit": "kelvin"})
+    tasks = example("agent/tasks.jsonl")
+    assert len(tasks) == 6
+    assert sum(len(t.turns) for t in tasks) == 7
+    assert all(t.turns[0].user for t in tasks)
+    assert all("weather" in (t.turns[0].user or "").lower() for t in tasks)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -224,7 +225,7 @@ def test_unknown_format_and_bad_options() -> None:
         ),
         (
             '{"timestamp": 5, "input_length": 513, "output_length": 5, "hash_ids": [0]}',
-            "t:2: hash_ids holds 1 ids but input_length 513 is 2 blocks of 512 tokens",
+            "t:2: hash_ids holds 1 id but input_length 513 is 2 blocks of 512 tokens",
         ),
         ("[1, 2]", "t:2: each line must be a JSON object"),
     ],
@@ -302,7 +303,7 @@ def test_only_failed_rows_is_an_empty_window() -> None:
     text = BURST_HEADER + "0,ChatGPT,5,0,5,API log\n"
     assert errors(text, "burstgpt") == (
         "t: no request in the window [0 s, end) of a trace that spans 0 to 0 s "
-        "(1 failed rows skipped)"
+        "(1 failed row skipped)"
     )
 
 
@@ -404,3 +405,63 @@ def test_block_words_are_deterministic_and_prefix_stable() -> None:
     assert block_words(8, 50) != full
     random.seed(1)  # the global RNG plays no part
     assert block_words(7, 50) == full
+
+
+# ---- the sample files in examples/traces
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "traces"
+
+
+def example(name: str, fmt: str) -> Trace:
+    """A sample trace parsed by the real parser."""
+    return load_trace((EXAMPLES / name).read_text(encoding="utf-8"), name, fmt)
+
+
+def test_mooncake_example_implied_hit_rate() -> None:
+    """The Mooncake sample: 40 requests over 14.75 s; its hit rate worked out by hand.
+
+    16 requests share a 2-block system prompt (ids 0, 1; 1324 tokens each): 15 hit 1024.
+    One session of 4 turns (ids 10 / 10,12 / 10,12,14 growing): 0, 512, 1024, 1536.
+    20 unrelated requests of 600 or 1000 tokens: 0. Hits 15 * 1024 + 3072 = 18432 of
+    16 * 1324 + 6300 + 16000 = 43484 prompt tokens.
+    """
+    trace = example("mooncake.jsonl", "mooncake")
+    assert len(trace.requests) == 40
+    assert trace.requests[-1].offset_s == pytest.approx(14.75)
+    assert all(r.input_len + r.output_len <= 2048 for r in trace.requests)
+    hits = implied_hits(trace)
+    assert sorted(h for h in hits if h) == [512, *[1024] * 16, 1536]
+    assert sum(hits) == 18432
+    assert sum(r.input_len for r in trace.requests) == 43484
+    assert implied_hit_rate(trace) == pytest.approx(18432 / 43484)
+
+
+def test_servekit_jsonl_example() -> None:
+    """The servekit JSONL sample: 12 requests over 7.5 s, hits worked out by hand."""
+    trace = example("servekit.jsonl", "jsonl")
+    assert len(trace.requests) == 12
+    assert trace.requests[-1].offset_s == 7.5
+    assert implied_hits(trace) == [0, 1024, 0, 1024, 0, 0, 1536, 0, 512, 0, 1024, 0]
+    assert implied_hit_rate(trace) == pytest.approx(5120 / 10423)
+
+
+def test_burstgpt_and_azure_examples() -> None:
+    """The CSV samples: BurstGPT's 15 rows hold 2 failed ones; Azure's 12 span 18 s."""
+    burst = example("burstgpt.csv", "burstgpt")
+    assert (len(burst.requests), burst.skipped) == (13, 2)
+    assert burst.requests[-1].offset_s == 21.0
+    assert sum(r.input_len for r in burst.requests) == 7446
+    assert implied_hit_rate(burst) is None
+    azure = example("azure.csv", "azure")
+    assert len(azure.requests) == 12
+    assert azure.requests[-1].offset_s == pytest.approx(18.0, abs=1e-6)
+    assert azure.requests[3].offset_s == pytest.approx(4.8317556, abs=1e-6)
+    assert sum(r.input_len for r in azure.requests) == 7562
+
+
+def test_hash_ids_count_error_for_one_block() -> None:
+    """A one-block prompt with two ids says so in the singular."""
+    text = mooncake((0, 400, 5, [1, 2]))
+    assert errors(text, "mooncake") == (
+        "t:1: hash_ids holds 2 ids but input_length 400 is 1 block of 512 tokens"
+    )

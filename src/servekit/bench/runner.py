@@ -122,6 +122,7 @@ def to_record(rid: str, point: str, scheduled_ns: int, timed: TimedStream) -> Re
         chunk_tokens=tuple(r.chunk_tokens),
         prompt_tokens=r.prompt_tokens or 0,
         output_tokens=(r.completion_tokens or sum(r.chunk_tokens)) if ok else 0,
+        cached_tokens=r.cached_tokens,
         reasoning_tokens=r.reasoning_tokens,
         finish_reason=r.finish_reason,
         error_kind=r.error_kind,

@@ -46,8 +46,9 @@ def sessions_input(opts: dict[str, Any], tools: tuple[dict[str, Any], ...]) -> S
             fix="pass --tools FILE with at least one tool (e.g. examples/agent/tools.json)",
         )
     per_point = opts.get("sessions_per_point") or DEFAULT_SESSIONS_PER_POINT
-    input_len = parse_length(opts.get("input_len") or "1024", "--input-len")
-    output_len = parse_length(opts.get("output_len") or "128", "--output-len")
+    # str(): sim run's lengths are plain integers, bench's may be distributions
+    input_len = parse_length(str(opts.get("input_len") or 1024), "--input-len")
+    output_len = parse_length(str(opts.get("output_len") or 128), "--output-len")
     rng = random.Random(opts.get("seed", 0))  # noqa: S311 - reproducible lengths
     if conversations is not None:
         text = read_text_option(conversations, "--conversations")

@@ -74,6 +74,14 @@ def _refuse_with_trace(opts: dict[str, Any]) -> None:
             "drop --dataset (or --trace)",
         ),
         (
+            opts.get("input_len") is not None
+            or opts.get("output_len") is not None
+            or bool(opts.get("shared_prefix")),
+            "--trace gives every request's lengths and prefix sharing; it cannot take "
+            "--input-len, --output-len or --shared-prefix",
+            "drop them (window the trace with --trace-start, --trace-duration, --max-requests)",
+        ),
+        (
             opts.get("concurrency") is not None or opts.get("rate") is not None,
             "--trace sets the send times; it cannot take --concurrency or --rate",
             "drop them, and speed the trace up or down with --time-scale",

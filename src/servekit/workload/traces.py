@@ -23,7 +23,7 @@ import random
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from servekit import jsontext
 from servekit.errors import UsageError
@@ -71,9 +71,9 @@ class Trace:
     skipped: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class _Row:
-    """One parsed row: its time in the file's unit (`scale` seconds), lengths, hash ids."""
+class _Row(NamedTuple):
+    """One parsed row: its time in the file's unit (`_Format.seconds_per_unit`), lengths,
+    hash ids (a tuple: cheap, as a trace may hold millions)."""
 
     time: float
     input_len: int
@@ -139,8 +139,10 @@ def load_trace(
     end_s = math.inf if duration_s is None else start_s + duration_s
     first: _Row | None = None
     previous: _Row | None = None
-    kept: list[_Row] = []
+    origin: float | None = None  # the window's first request, in the file's unit
+    kept: list[TraceRequest] = []
     skipped = 0
+    to_offset_s = spec.seconds_per_unit * time_scale
     for row in spec.rows(text, where, spec, block_tokens):
         if previous is not None and row.time < previous.time:
             raise UsageError(
@@ -159,7 +161,9 @@ def load_trace(
             skipped += 1
             continue
         _check_fits(row, where, spec, max_model_len)
-        kept.append(row)
+        origin = row.time if origin is None else origin
+        offset_s = (row.time - origin) * to_offset_s
+        kept.append(TraceRequest(offset_s, row.input_len, row.output_len, row.hash_ids, row.line))
         if max_requests is not None and len(kept) >= max_requests:
             break
     if first is None:
@@ -169,20 +173,12 @@ def load_trace(
         window = f"[{start_s:g} s, {'end' if duration_s is None else f'{end_s:g} s'})"
         raise UsageError(
             f"{where}: no request in the window {window} of a trace that spans "
-            f"0 to {last_s:g} s" + (f" ({skipped} failed rows skipped)" if skipped else ""),
+            f"0 to {last_s:g} s"
+            + (f" ({_count(skipped, 'failed row')} skipped)" if skipped else ""),
             fix="move --trace-start or widen --trace-duration into the trace",
         )
-    origin = kept[0].time
-    requests = tuple(
-        TraceRequest(
-            offset_s=(row.time - origin) * spec.seconds_per_unit * time_scale,
-            input_len=row.input_len,
-            output_len=row.output_len,
-            hash_ids=row.hash_ids,
-            line=row.line,
-        )
-        for row in kept
-    )
+    requests = tuple(kept)
+    del kept
     hashed = any(r.hash_ids is not None for r in requests)
     return Trace(
         file=where,
@@ -288,6 +284,10 @@ def _check_fits(row: _Row, where: str, spec: _Format, max_model_len: int | None)
         )
 
 
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" + ("" if number == 1 else "s")
+
+
 def _shown(value: float) -> str:
     return str(int(value)) if value == int(value) else f"{value:g}"
 
@@ -381,15 +381,13 @@ def _json_count(value: object, loc: str, field: str) -> int:
 def _hash_ids(
     value: object, loc: str, spec: _Format, input_len: int, block_tokens: int
 ) -> tuple[int, ...]:
-    if not isinstance(value, list) or not all(
-        isinstance(v, int) and not isinstance(v, bool) for v in value
-    ):
+    if type(value) is not list or not all(type(v) is int for v in value):  # no bools
         raise UsageError(f"{loc}: hash_ids must be a list of integers", fix="e.g. [0, 1, 2]")
     blocks = -(-input_len // block_tokens)
     if len(value) != blocks:
         raise UsageError(
-            f"{loc}: hash_ids holds {len(value)} ids but {spec.input_len} {input_len} is "
-            f"{blocks} blocks of {block_tokens} tokens",
+            f"{loc}: hash_ids holds {_count(len(value), 'id')} but {spec.input_len} "
+            f"{input_len} is {_count(blocks, 'block')} of {block_tokens} tokens",
             fix="one id per block (the last may be partial); --trace-block-tokens sets the "
             "block size",
         )
