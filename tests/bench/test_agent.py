@@ -13,9 +13,9 @@ if str(Path(__file__).parent) not in sys.path:  # session_helpers sits beside th
     sys.path.insert(0, str(Path(__file__).parent))
 from session_helpers import Sim, Sweep, sim_server, sweep
 
-from servekit.bench.sessions import invalid_calls, tool_validators
+from servekit.bench.sessions import assistant_message, invalid_calls, tool_validators
 from servekit.bench.spec import BenchSpec, PointSpec
-from servekit.client.stream import ToolCall
+from servekit.client.stream import StreamResult, ToolCall
 from servekit.errors import UsageError
 from servekit.workload.sessions import AgentSpec, Delay, SessionPlan, SessionsSpec, Turn
 
@@ -195,3 +195,24 @@ def test_a_tool_with_a_broken_schema_is_refused() -> None:
     bad = {"type": "function", "function": {"name": "x", "parameters": {"type": 12}}}
     with pytest.raises(UsageError, match="tool 'x': parameters is not a valid JSON schema"):
         tool_validators([bad])
+
+
+def test_calls_without_an_id_get_one() -> None:
+    """The assistant message carries the streamed content and each call, with the server's
+    id or, when it sent none, the one made for it."""
+    result = StreamResult(content=["Let me ", "check."], reasoning=["hidden"])
+    calls = [
+        ToolCall(0, "srv-1", "get_weather", '{"city": "Oslo"}'),
+        ToolCall(1, None, "get_weather", '{"city": "Rome"}'),
+    ]
+    message = assistant_message(result, calls, lambda call: f"made-{call.index}")
+    assert message == {
+        "role": "assistant",
+        "content": "Let me check.",
+        "tool_calls": [
+            {"id": "srv-1", "type": "function",
+             "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}},
+            {"id": "made-1", "type": "function",
+             "function": {"name": "get_weather", "arguments": '{"city": "Rome"}'}},
+        ],
+    }  # fmt: skip
