@@ -162,15 +162,21 @@ def test_closed_loop_keeps_at_most_c_sessions_in_flight(sim: Sim, tmp_path: Path
 
 def test_open_loop_starts_sessions_on_schedule(sim: Sim, tmp_path: Path) -> None:
     """At 20 sessions/s (constant arrivals) session i is due 50 ms after session i-1 and is
-    not sent before it is due; --max-concurrency 1 keeps one session in flight."""
-    spec = bench_spec(sim, synthetic(4, 2, output_len=4))
-    point = PointSpec("rate=20", rate_rps=20.0, arrival="constant", max_concurrency=1)
-    sessions = sweep(spec, [point], tmp_path).sessions()
-    firsts = [sessions[f"s{i}"][0] for i in range(4)]
-    starts = [r.scheduled_ns for r in firsts]
-    assert all(abs(b - a - 50_000_000) <= 1 for a, b in itertools.pairwise(starts))
-    assert all(r.sent_ns >= r.scheduled_ns for recs in sessions.values() for r in recs)
-    assert overlap(sessions) == 1
+    not sent before it is due; sessions longer than 50 ms overlap, and --max-concurrency 1
+    holds each back until the previous one ended."""
+    spec = bench_spec(sim, synthetic(4, 2, output_len=64), think=Delay(0.05))
+    for cap in (None, 1):
+        point = PointSpec("rate=20", rate_rps=20.0, arrival="constant", max_concurrency=cap)
+        sessions = sweep(spec, [point], tmp_path / str(cap)).sessions()
+        ordered = [sessions[f"s{i}"] for i in range(4)]
+        starts = [records[0].scheduled_ns for records in ordered]
+        assert all(abs(b - a - 50_000_000) <= 1 for a, b in itertools.pairwise(starts))
+        assert all(r.sent_ns >= r.scheduled_ns for recs in ordered for r in recs)
+        if cap is None:
+            assert overlap(sessions) >= 2
+        else:
+            assert overlap(sessions) == 1
+            assert all(b[0].sent_ns >= a[-1].end_ns for a, b in itertools.pairwise(ordered))
 
 
 def test_think_time_delays_the_next_turn(sim: Sim, tmp_path: Path) -> None:
