@@ -134,9 +134,10 @@ def test_trace_block_tokens_and_jsonl_format(tmp_path: Path) -> None:
 
 def test_synthetic_sessions(tmp_path: Path) -> None:
     out = tmp_path / "run"
+    # a turn-1 history of 269 + 11 role-tag tokens + 40 output = 320, a multiple of 16
     code, stdout, err = run(
         "--turns", "2", "--sessions", "3", "--concurrency", "1,2", "--think-time", "0.5",
-        "--input-len", "280", "--output-len", "40", "--out", str(out), "--json",
+        "--input-len", "269", "--output-len", "40", "--out", str(out), "--json",
     )  # fmt: skip
     assert code == 0, err
     summary = json.loads(stdout)

@@ -29,6 +29,7 @@ from servekit.workload.synthetic import arrival_offsets
 from servekit.workload.traces import Trace, TraceRequest, implied_hit_rate, implied_hits
 
 BLOCK = 16
+TAGS = len(tokenize("<|user|>\n<|assistant|>\n"))  # a synthetic message's role tags: 11
 TOOLS: tuple[dict[str, Any], ...] = (
     {
         "type": "function",
@@ -126,9 +127,9 @@ THINK = Delay(1.0)
 
 
 def two_turn_spec(count: int, *, think: Delay = THINK) -> SessionsSpec:
-    # history after turn 1: 280 + 40 = 320 tokens, a multiple of the block size
+    # history after turn 1: 269 + 11 tag tokens + 40 = 320 tokens, a multiple of the block size
     plans = tuple(
-        SessionPlan(f"s{i}", (Turn(None, 40, 280), Turn(None, 40, 280))) for i in range(count)
+        SessionPlan(f"s{i}", (Turn(None, 40, 269), Turn(None, 40, 269))) for i in range(count)
     )
     return SessionsSpec(plans, "synthetic", think, count)
 
@@ -138,18 +139,18 @@ def test_turn_two_hits_its_historys_full_blocks_and_starts_sooner() -> None:
         engine(), SessionsPoint("c=1", two_turn_spec(4), concurrency=1), random.Random(0)
     )
     turns = {(r.session, r.turn): r for r in run.records}
-    history = 280 + 40
+    history = 269 + TAGS + 40
     for i in range(4):
         first, second = turns[(f"s{i}", 1)], turns[(f"s{i}", 2)]
         assert first.cached_tokens == 0
-        assert first.prompt_tokens == 280
-        assert second.prompt_tokens == history + 280
+        assert first.prompt_tokens == 269 + TAGS
+        assert second.prompt_tokens == history + 269 + TAGS
         # the last output token's KV is never computed: its block is not full
         assert second.cached_tokens == (history - 1) // BLOCK * BLOCK == 304
         assert second.sent_ns == first.end_ns + 1_000_000_000  # the fixed think time
         assert (first.session_end, second.session_end) == (None, "completed")
     cold = run_point(
-        engine(), LoadPoint("c=1", 1, history + 280, 40, concurrency=1), random.Random(0)
+        engine(), LoadPoint("c=1", 1, history + 269 + TAGS, 40, concurrency=1), random.Random(0)
     )
     cold_ttft = cold.records[0].first_token_ns - cold.records[0].sent_ns  # type: ignore[operator]
     for i in range(4):

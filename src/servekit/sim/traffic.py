@@ -11,8 +11,8 @@ works on, so shared prefixes hit as they would on a server.
 - Sessions (`SessionsPoint`) send turn k + 1 when turn k has ended and its think time has
   passed: its prompt is turn k's prompt ids, then turn k's output ids, then the new user
   message's ids. A text message is tokenized with the live simulator's tokenizer and its
-  chat tags (`textgen.render_chat`); a synthetic one is `input_len` ids of its own. The
-  closed loop keeps `concurrency` sessions going; the open loop starts sessions at an
+  chat tags (`textgen.render_chat`); a synthetic one is `input_len` ids of its own between
+  the tags. The closed loop keeps `concurrency` sessions going; the open loop starts sessions at an
   arrival rate.
 - Agent loops answer each user turn with a tool call, as the live simulator's model does
   with tools and tool_choice auto: its output is the arguments the live simulator writes
@@ -240,18 +240,21 @@ class SessionsTraffic:
         )
 
     def _user_ids(self, s: _Session) -> list[int]:
-        """A user message's ids: the live rendering of the first turn (tools, system and user
-        message), then each later message with its tags; a synthetic message is its own ids."""
+        """A user message's ids as the live server renders them: the first turn with the
+        tools header and system message, each message in its role tags; a synthetic
+        message's text is `input_len` ids of its own between the tags (bench sizes its
+        synthetic text without them)."""
         turn = s.plan.turns[s.user_turn]
-        if s.history:
-            if turn.user is None:
-                return list(self._fresh.ids(turn.input_len or 1))
-            return tokenize(f"\n<|user|>\n{turn.user}\n{_ASSISTANT_TAG}")
-        messages = [Message("system", s.plan.system)] if s.plan.system else []
+        lead = "\n" if s.history else ""
+        if not s.history:
+            messages = [Message("system", s.plan.system)] if s.plan.system else []
+            if turn.user is not None:
+                return tokenize(render_chat([*messages, Message("user", turn.user)], self.tools))
+            lead = render_chat(messages, self.tools).removesuffix(_ASSISTANT_TAG)
         if turn.user is not None:
-            return tokenize(render_chat([*messages, Message("user", turn.user)], self.tools))
-        head = render_chat(messages, self.tools).removesuffix(_ASSISTANT_TAG)
-        return tokenize(head) + list(self._fresh.ids(turn.input_len or 1))
+            return tokenize(f"{lead}<|user|>\n{turn.user}\n{_ASSISTANT_TAG}")
+        fresh = list(self._fresh.ids(turn.input_len or 1))
+        return tokenize(f"{lead}<|user|>") + fresh + tokenize(f"\n{_ASSISTANT_TAG}")
 
     def finished(
         self, key: int, request: SimRequest, now_ns: int, error: str | None
