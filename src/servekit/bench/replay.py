@@ -19,9 +19,8 @@ text is composed once per id and kept, so a trace of thousands of requests costs
 `/tokenize` call per request. A request without `hash_ids` gets a distinct synthetic prompt
 (`bench.sizing.sized_prompts`).
 
-After the point, `schedule_check` compares every record's send time with its timestamp
-(schedule lag, sent - scheduled) against `BenchSpec.max_schedule_lag_ms`, and counts sends
-against the schedule; `prompt_length_warnings` compares the server's usage with the trace.
+After the point, `prompt_length_warnings` compares the server's usage with the trace (the
+schedule lag against `BenchSpec.max_schedule_lag_ms` is `analyze.traffic.schedule_block`).
 """
 
 from __future__ import annotations
@@ -33,10 +32,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from servekit.analyze.summarize import distribution
 from servekit.bench.sizing import APPROXIMATE, Sizer, sized_prompts
 from servekit.records import RequestRecord
-from servekit.results.summary import ScheduleBlock
 from servekit.workload.traces import MOONCAKE_BLOCK_TOKENS, Trace, TraceRequest
 
 if TYPE_CHECKING:
@@ -223,39 +220,6 @@ def _problem(request: TraceRequest, counted: int | None, overhead: int) -> str:
         f"trace line {request.line}: its prompt counts {counted} tokens, not input_len "
         f"{request.input_len} ({why})"
     )
-
-
-def schedule_check(
-    records: Sequence[RequestRecord], planned: int, max_lag_ms: float
-) -> tuple[ScheduleBlock, list[str]]:
-    """How late a replay's sends were (sent_ns - scheduled_ns of every record, failed ones
-    too) against the bound, and whether every planned send has its record.
-
-    Returns:
-        The point's schedule block, and the warnings that make it invalid.
-    """
-    lags = [(r.sent_ns - r.scheduled_ns) / 1e6 for r in records]
-    lag = distribution(lags, ci=False)
-    warnings = []
-    if lag.p99 is not None and lag.p99 > max_lag_ms:
-        warnings.append(
-            f"sends lagged {lag.p99:.1f} ms behind the trace's timestamps (p99), over the "
-            f"bound of {max_lag_ms:g} ms (--max-schedule-lag-ms): the client could not keep "
-            "the trace's pace"
-        )
-    if len(records) != planned:
-        warnings.append(
-            f"{len(records)} of {planned} planned sends have a record: "
-            f"{abs(planned - len(records))} {'missing' if len(records) < planned else 'extra'}"
-        )
-    block = ScheduleBlock(
-        planned=planned,
-        sent=len(records),
-        lag_ms=lag.to_block(),
-        max_lag_ms_p99=max_lag_ms,
-        valid=not warnings,
-    )
-    return block, warnings
 
 
 def prompt_length_warnings(

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from servekit.records import RequestRecord
 from servekit.redaction import Redactor
-from servekit.results.summary import ClientBlock, ScheduleBlock, ServerBlock
+from servekit.results.summary import ClientBlock, ServerBlock
 from servekit.workload.datasets import LengthSpec, PromptItem
 from servekit.workload.sessions import SessionsSpec
 from servekit.workload.traces import Trace
@@ -80,7 +80,6 @@ class PointOutcome:
     server: ServerBlock
     warnings: list[str]
     client: ClientBlock | None = None  # None: valid unless there are warnings
-    schedule: ScheduleBlock | None = None  # a trace replay's send lag and sends accounted
 
 
 class ProgressSink(Protocol):
