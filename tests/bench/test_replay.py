@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 from servekit.analyze.traffic import ScheduleBound, schedule_block, schedule_warning
@@ -28,6 +29,7 @@ from servekit.bench.replay import (
 from servekit.bench.runner import run_points
 from servekit.bench.spec import BenchSpec, PointOutcome, PointSpec
 from servekit.bench.store import RecordWriter
+from servekit.cli.main import cli
 from servekit.client.endpoint import open_endpoint
 from servekit.records import RequestRecord
 from servekit.workload.synthetic import words
@@ -247,3 +249,29 @@ def test_byte_level_bpe_prompts_are_exact_and_share_whole_blocks(tmp_path: Path)
     a, b = ids[1], ids[3]
     assert a[: 2 * BLOCK] == b[: 2 * BLOCK]
     assert a[2 * BLOCK] != b[2 * BLOCK] or a[2 * BLOCK + 1] != b[2 * BLOCK + 1]
+
+
+def test_bench_trace_summary_hit_rate_matches_the_trace(sim_url: str, tmp_path: Path) -> None:
+    """`servekit bench --trace` on a Mooncake file written here: the summary's schedule
+    block accounts for every send and the server's hit tokens match the implied ones within
+    one server block per request (another seed than the other tests: fresh block text)."""
+    trace = shared_trace(24, 0.02)
+    lines = [
+        json.dumps({"timestamp": round(r.offset_s * 1000, 3), "input_length": r.input_len,
+                    "output_length": r.output_len, "hash_ids": list(r.hash_ids or ())})
+        for r in trace.requests
+    ]  # fmt: skip
+    (tmp_path / "trace.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    result = CliRunner().invoke(cli, [
+        "bench", "--url", sim_url, "--trace", str(tmp_path / "trace.jsonl"),
+        "--trace-format", "mooncake", "--trace-block-tokens", str(BLOCK), "--warmup", "0",
+        "--seed", "1", "--out", str(tmp_path / "run"), "--json",
+    ])  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    (point,) = json.loads((tmp_path / "run" / "summary.json").read_text())["points"]
+    assert (point["schedule"]["planned"], point["schedule"]["sent"]) == (24, 24)
+    cache = point["prefix_cache"]
+    assert cache["server_queried_tokens"] == sum(r.input_len for r in trace.requests)
+    implied = sum(implied_hits(trace))
+    assert abs(cache["server_hit_tokens"] - implied) <= SERVER_BLOCK * len(trace.requests)
+    assert cache["implied_hit_rate"] == pytest.approx(implied / cache["server_queried_tokens"])
