@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import random
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,6 @@ from servekit.workload.traces import (
     Trace,
     TraceRequest,
     block_token_ids,
-    block_words,
     implied_hit_rate,
     implied_hits,
     load_trace,
@@ -394,17 +392,6 @@ def test_block_token_ids_are_deterministic_and_prefix_stable() -> None:
     assert block_token_ids(1, 0, 10) == ()
     with pytest.raises(ValueError, match="vocabulary of 0"):
         block_token_ids(1, 4, 0)
-
-
-def test_block_words_are_deterministic_and_prefix_stable() -> None:
-    """Block words repeat for an id, differ between ids, and shorter is a prefix."""
-    full = block_words(7, 50)
-    assert full == block_words(7, 50)
-    assert len(full.split()) == 50
-    assert block_words(7, 20).split() == full.split()[:20]
-    assert block_words(8, 50) != full
-    random.seed(1)  # the global RNG plays no part
-    assert block_words(7, 50) == full
 
 
 # ---- the sample files in examples/traces

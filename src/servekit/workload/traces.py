@@ -9,8 +9,8 @@ capped (`max_requests`). A bad file is one `UsageError` naming the file, line an
 The text is read one line at a time and reading stops at the end of the window or the cap,
 so a large trace costs the requests replayed, not the file. `implied_hits` says how many
 prompt tokens a prefix cache should find for each request (the definition is in
-docs/workloads.md); `block_token_ids` and `block_words` turn a hash id into the same block
-of tokens or words every time it appears.
+docs/workloads.md); `block_token_ids` turns a hash id into the same block
+of tokens every time it appears.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from typing import Any, NamedTuple
 
 from servekit import jsontext
 from servekit.errors import UsageError
-from servekit.workload.synthetic import words
 
 TRACE_FORMATS = ("mooncake", "burstgpt", "azure", "jsonl")
 MOONCAKE_BLOCK_TOKENS = 512
@@ -243,13 +242,6 @@ def block_token_ids(hash_id: int, count: int, vocab: int, salt: int = 0) -> tupl
         raise ValueError(f"block of {count} tokens from a vocabulary of {vocab}")
     rng = random.Random(f"servekit-block:{salt}:{hash_id}")  # noqa: S311 - reproducible blocks
     return tuple(rng.randrange(vocab) for _ in range(count))
-
-
-def block_words(hash_id: int, count: int) -> str:
-    """`count` pseudo-words for the block a hash id names, the same every time (a shorter
-    block is a prefix of a longer one)."""
-    rng = random.Random(f"servekit-block-words:{hash_id}")  # noqa: S311 - reproducible blocks
-    return words(count, rng)
 
 
 def _check_window(
