@@ -291,7 +291,9 @@ def test_bench_summary_and_resummarize_build_the_same_blocks(tmp_path: Path) -> 
     assert summary.workload.trace is not None
     assert (summary.workload.trace.requests, summary.workload.trace.block_tokens) == (4, 512)
     # every request after the first shares its full first block: 3 x 512 of 4 x 600 tokens
-    assert summary.workload.trace.implied_hit_rate == 0.64
+    assert (
+        summary.workload.trace.implied_hit_rate == 0.74875
+    )  # 3 x 599 of 2400: all but the last token
     info = summary.workload.sessions
     assert info is not None
     assert (info.source, info.sessions, info.turns_max, info.agent) == ("synthetic", 3, 2, True)
@@ -301,7 +303,7 @@ def test_bench_summary_and_resummarize_build_the_same_blocks(tmp_path: Path) -> 
     assert first.schedule.valid is False
     assert first.prefix_cache is not None
     assert first.prefix_cache.server_hit_rate == round(1024 / 2400, 6)
-    assert first.prefix_cache.implied_hit_rate == 0.64
+    assert first.prefix_cache.implied_hit_rate == 0.74875  # 3 x 599 of 2400: all but the last token
     assert second.prefix_cache is None
     assert first.sessions is None
     assert first.client.valid is False

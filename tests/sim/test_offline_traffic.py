@@ -3,9 +3,9 @@
 The engine here has 16-token KV blocks, which divide Mooncake's 512-token hash blocks: a
 chain of n shared hash blocks is exactly 32n shared engine blocks. The engine grants a
 request min(shared tokens, floor((L - 1) / 16) * 16) (its last prompt token is always
-recomputed, in whole blocks), while the trace's implied hit caps at L - 1; the two agree
-exactly whenever the shared chain stops short of the prompt's last block, and otherwise
-differ by less than one engine block.
+recomputed, in whole blocks): exactly the trace's implied hits rounded down to whole
+16-token blocks (`implied_hits(trace, granule=16)`), and the implied figure itself
+whenever the shared prefix is whole engine blocks short of the prompt's end.
 """
 
 from __future__ import annotations
@@ -100,6 +100,23 @@ def test_a_fully_shared_prompt_recomputes_its_last_engine_block() -> None:
     run_point(eng, TracePoint("trace", trace), random.Random(0))
     assert implied_hits(trace) == [0, length - 1]
     assert eng.stats.prefix_cache_hits == (length - 1) // BLOCK * BLOCK == length - BLOCK
+    assert eng.stats.prefix_cache_hits == sum(implied_hits(trace, granule=BLOCK))
+
+
+def test_partial_blocks_hit_their_tokens_in_whole_engine_blocks() -> None:
+    """A partial last block is the start of the full one: identical 700-token prompts and a
+    longer prompt extending them hit 688 tokens each (699 and 700 shared, rounded down to
+    16-token blocks), as `implied_hits(trace, granule=16)` says."""
+    requests = tuple(
+        TraceRequest(i * 1.0, n, 4, ids, i + 1)
+        for i, (n, ids) in enumerate([(700, (1, 2)), (700, (1, 2)), (1100, (1, 2, 3))])
+    )
+    trace = Trace("partial.jsonl", "mooncake", requests, block_tokens=512)
+    eng = engine()
+    run = run_point(eng, TracePoint("trace", trace), random.Random(0))
+    assert implied_hits(trace) == [0, 699, 700]
+    assert implied_hits(trace, granule=BLOCK) == [0, 688, 688]
+    assert [r.cached_tokens for r in by_send_order(run.records)] == [0, 688, 688]
 
 
 def test_trace_without_hash_ids_never_hits() -> None:

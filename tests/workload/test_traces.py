@@ -334,10 +334,13 @@ def test_implied_hits_hand_computed() -> None:
     assert implied_hit_rate(trace) == pytest.approx(43 / 80)
 
 
-def test_a_partial_block_does_not_count_until_seen_whole() -> None:
-    """A block first seen partial is cached once a request holds it whole."""
-    trace = trace_of((6, (1, 2)), (8, (1, 2, 3)), (9, (1, 2, 3)))
-    assert implied_hits(trace) == [0, 4, 8]
+def test_a_partial_block_shares_its_tokens() -> None:
+    """A partial block is the start of the full one: a later request shares its tokens,
+    and an identical request shares all but its last token."""
+    trace = trace_of((6, (1, 2)), (8, (1, 2, 3)), (9, (1, 2, 3)), (9, (1, 2, 3)))
+    assert implied_hits(trace) == [0, 6, 8, 8]
+    assert implied_hits(trace, granule=4) == [0, 4, 8, 8]
+    assert implied_hits(trace, granule=3) == [0, 6, 6, 6]
 
 
 def test_implied_hit_rate_without_hash_ids_is_none() -> None:
@@ -360,20 +363,21 @@ def test_half_the_requests_share_two_blocks() -> None:
     st.lists(st.tuples(st.integers(1, 40), st.lists(st.integers(0, 3), max_size=10)), max_size=12)
 )
 def test_implied_hits_invariants(rows: list[tuple[int, list[int]]]) -> None:
-    """Hits are whole blocks below input_len, zero for the first request, and a repeated
-    request hits all its full blocks (below input_len) the second time."""
+    """Hits stay below input_len, the first request hits nothing, a repeated request shares
+    every token its ids cover (but its last), and a granule rounds each hit down."""
     block = 4
     requests = [(max(n, len(ids) * block - block + 1) if ids else n, tuple(ids)) for n, ids in rows]
     trace = trace_of(*requests, block=block)
     hits = implied_hits(trace)
     for (n, _), hit in zip(requests, hits, strict=True):
         assert 0 <= hit <= n - 1
-        assert hit % block == 0 or hit == n - 1
     if hits:
         assert hits[0] == 0
+    for granule in (1, 3, 16):
+        assert implied_hits(trace, granule=granule) == [h // granule * granule for h in hits]
     again = implied_hits(trace_of(*requests, *requests, block=block))
     assert all(
-        second == min(n - 1, (len(ids) if n >= len(ids) * block else len(ids) - 1) * block)
+        second == (min(n - 1, len(ids) * block) if ids else 0)
         for (n, ids), second in zip(requests, again[len(requests) :], strict=True)
     )
 

@@ -191,45 +191,57 @@ def load_trace(
     )
 
 
-def implied_hits(trace: Trace) -> list[int]:
+def implied_hits(trace: Trace, *, granule: int = 1) -> list[int]:
     """Prompt tokens a prefix cache should find for each request, in send order.
 
-    A request's hit is its longest run of leading hash ids that is the leading run of an
-    earlier request, counted in blocks that were full (`block_tokens` tokens) both there and
-    here, and capped at `input_len - 1` (the last prompt token is always computed). A
-    request without hash ids hits nothing.
+    Equal hash ids are equal blocks and a partial (last) block is the start of the full
+    block with its id, so a request shares with an earlier one every token up to the first
+    hash id they differ on, and of the first block that is partial in either, the shorter
+    length. A request's hit is the longest such common prefix with any earlier request,
+    capped at `input_len - 1` (the last prompt token is always computed) and rounded down
+    to whole `granule`-token blocks: the default (1) is what the trace itself implies; a
+    server's block size gives what that server's cache can hold (vLLM caches whole blocks,
+    so it finds the default figure less at most one of its blocks per request). A request
+    without hash ids hits nothing. Eviction is not modelled: this is an unbounded cache.
     """
+    if granule < 1:
+        raise ValueError(f"granule must be a positive number of tokens, not {granule}")
     block = trace.block_tokens or MOONCAKE_BLOCK_TOKENS
-    # A trie of every earlier request's leading chain: (parent node, hash id) -> node; a
-    # node is in `full` once some request held that block whole (a cache keeps only those).
+    # A trie of every earlier request's leading chain: (parent node, hash id) -> node, and
+    # per node the longest that block was in any earlier request holding that chain.
     children: dict[tuple[int, int], int] = {}
-    full: set[int] = set()
+    longest: dict[int, int] = {}
     hits = []
     for request in trace.requests:
         ids = request.hash_ids or ()
-        whole = request.input_len // block  # this request's full blocks
-        node, matched = 0, 0
+        node, common = 0, 0
         for index, hash_id in enumerate(ids):
             child = children.get((node, hash_id))
-            if child is None or child not in full or index >= whole:
+            if child is None:
                 break
-            node, matched = child, matched + 1
-        hits.append(max(0, min(matched * block, request.input_len - 1)))
+            here = min(block, request.input_len - index * block)
+            shared = min(here, longest[child])
+            common += shared
+            if shared < block:  # a partial block in either request ends the common run
+                break
+            node = child
+        cap = request.input_len - 1
+        hits.append(max(0, min(common, cap)) // granule * granule)
         node = 0
         for index, hash_id in enumerate(ids):
             node = children.setdefault((node, hash_id), len(children) + 1)
-            if index < whole:
-                full.add(node)
+            here = min(block, request.input_len - index * block)
+            longest[node] = max(longest.get(node, 0), here)
     return hits
 
 
-def implied_hit_rate(trace: Trace) -> float | None:
-    """The prefix-cache hit rate the trace implies: hit tokens over prompt tokens, or None
-    when no request carries hash ids (nothing is implied)."""
+def implied_hit_rate(trace: Trace, *, granule: int = 1) -> float | None:
+    """The prefix-cache hit rate the trace implies (`implied_hits` over prompt tokens), or
+    None when no request carries hash ids (nothing is implied)."""
     if not any(r.hash_ids is not None for r in trace.requests):
         return None
     prompt = sum(r.input_len for r in trace.requests)
-    return sum(implied_hits(trace)) / prompt if prompt else None
+    return sum(implied_hits(trace, granule=granule)) / prompt if prompt else None
 
 
 def block_token_ids(hash_id: int, count: int, vocab: int, salt: int = 0) -> tuple[int, ...]:
