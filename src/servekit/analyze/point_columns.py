@@ -191,11 +191,13 @@ def _turn_ttft(point: Point, index: int) -> float | None:
 
 
 def _sessions_done(point: Point) -> str | None:
+    """Completed of all sessions, then the turn-limited and failed ones when there are any."""
     s = point.sessions
     if s is None:
         return None
-    limit = f", {s.turn_limit} turn limit" if s.turn_limit else ""
-    return f"{s.completed}/{s.sessions} completed{limit}, {s.failed} failed"
+    limit = f", {s.turn_limit} at turn limit" if s.turn_limit else ""
+    failed = f", {s.failed} failed" if s.failed else ""
+    return f"{s.completed}/{s.sessions}{limit}{failed}"
 
 
 TRAFFIC_COLUMNS: tuple[tuple[PointColumn, Getter], ...] = tuple(
@@ -210,7 +212,7 @@ TRAFFIC_COLUMNS: tuple[tuple[PointColumn, Getter], ...] = tuple(
         ("turn1_ttft_ms", "turn 1 TTFT ms", lambda p: _turn_ttft(p, 0), _report_number(1)),
         ("last_turn_ttft_ms", "last turn TTFT ms", lambda p: _turn_ttft(p, -1),
          _report_number(1)),
-        ("sessions", "sessions", _sessions_done, lambda v: "-" if v is None else str(v)),
+        ("sessions", "sessions completed", _sessions_done, lambda v: "-" if v is None else str(v)),
         ("turns_per_s", "turns/s", lambda p: p.sessions.turns_per_s if p.sessions else None,
          _report_number(2)),
         ("tool_calls", "tool calls", lambda p: p.sessions.tool_calls if p.sessions else None,

@@ -24,7 +24,7 @@ from servekit.cli._traffic_options import traffic_options
 from servekit.cli._values import FiniteFloat
 from servekit.errors import UsageError
 from servekit.report.live import LiveProgress
-from servekit.report.tables import points_table
+from servekit.report.tables import summary_tables
 from servekit.results.summary import Summary
 
 
@@ -116,4 +116,4 @@ def _show(summary: Summary, as_json: bool) -> None:
         emit_json(summary.as_json())
         return
     title = f"bench {summary.target.url} ({summary.target.model})"
-    stdout_console().print(points_table(summary.points, title=title))
+    stdout_console().print(*summary_tables(summary.points, title=title))

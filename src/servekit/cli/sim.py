@@ -23,7 +23,7 @@ from servekit.cli._values import FiniteFloat
 from servekit.cli.sim_fit import fit_command
 from servekit.cli.sim_serve import serve_command
 from servekit.profiles import load_profile
-from servekit.report.tables import points_table
+from servekit.report.tables import summary_tables
 from servekit.sim.build import build_engine
 from servekit.sim.sweep import simulate_sweep, sweep_summary
 
@@ -97,7 +97,7 @@ def run_command(
     if as_json:
         emit_json(summary.as_json())
     else:
-        stdout_console().print(points_table(summary.points, title=f"simulated {profile.name}"))
+        stdout_console().print(*summary_tables(summary.points, title=f"simulated {profile.name}"))
 
 
 sim_group.add_command(serve_command)

@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from servekit.analyze.point_columns import point_headers, point_rows
+from servekit.analyze.point_columns import point_headers, point_rows, traffic_headers, traffic_rows
 from servekit.results.compare import CompareRow, DeltaBlock
 from servekit.results.summary import SummaryPoint
 from servekit.results.validate import CheckBlock
@@ -22,6 +22,18 @@ def points_table(points: Sequence[SummaryPoint], *, title: str) -> Table:
     for row in point_rows(points, "terminal"):
         table.add_row(*row)
     return table
+
+
+def summary_tables(points: Sequence[SummaryPoint], *, title: str) -> list[Table]:
+    """The points table, then (when a point has them) the traffic figures: prefix-cache
+    hit rates, per-turn TTFT, sessions, tool calls and schedule lag."""
+    tables = [points_table(points, title=title)]
+    if headers := traffic_headers(points):
+        traffic = Table(*headers, title="traffic", title_justify="left")
+        for row in traffic_rows(points):
+            traffic.add_row(*row)
+        tables.append(traffic)
+    return tables
 
 
 # (JSON key, column heading, format of the figure)
