@@ -116,8 +116,16 @@ def bench_summary(
     server: ServerInfo | None = None,
     command: list[str] | None = None,
 ) -> Summary:
-    """The run's summary.json (DESIGN.md section 4); the API key is never part of it."""
+    """The run's summary.json (DESIGN.md section 4); the API key is never part of it.
+
+    A replay's workload states the trace's mean lengths and request count, a session run's
+    its sessions per point (what was sent, not the unused defaults)."""
     trace = trace_info(spec.trace)
+    input_len, output_len, per_point = spec.input_len, spec.output_len, spec.requests_per_point
+    if spec.trace is not None and (means := traces.mean_lengths(spec.trace)) is not None:
+        (input_len, output_len), per_point = means, len(spec.trace.requests)
+    elif spec.sessions is not None:
+        per_point = spec.sessions.sessions_per_point
     agent = None if spec.sessions is None else spec.sessions.agent is not None
     points = []
     for o in outcomes:
@@ -154,18 +162,18 @@ def bench_summary(
         ),
         workload=Workload(
             api=spec.api,
-            input_len=spec.input_len,
+            input_len=input_len,
             input_len_method=input_len_method,
-            output_len=spec.output_len,
+            output_len=output_len,
             temperature=spec.temperature,
-            requests_per_point=spec.requests_per_point,
+            requests_per_point=per_point,
             warmup=spec.warmup,
             seed=spec.seed,
             chat_template_kwargs=spec.chat_template_kwargs,
             slo=None if slo is None else SloBlock(ttft_ms=slo.ttft_ms, tpot_ms=slo.tpot_ms,
                                                   e2e_s=slo.e2e_s),
             duration_per_point_s=spec.duration_per_point_s,
-            tools=[_tool_name(t) for t in spec.tools],
+            tools=[tool_name(t) for t in spec.tools],
             dataset_prompts=len(spec.dataset) if spec.dataset else None,
             shared_prefix=spec.shared_prefix,
             workers=spec.workers,
@@ -203,6 +211,7 @@ def trace_info(trace: Trace | None) -> TraceInfo | None:
         duration_s=trace.duration_s,
         block_tokens=trace.block_tokens,
         implied_hit_rate=None if rate is None else round(rate, RATE_DIGITS),
+        skipped=trace.skipped or None,
     )
 
 
@@ -222,7 +231,7 @@ def session_info(sessions: SessionsSpec | None) -> SessionInfo | None:
     )
 
 
-def _tool_name(tool: dict[str, Any]) -> str | None:
+def tool_name(tool: dict[str, Any]) -> str | None:
     """The name of an OpenAI tool definition, when it has one."""
     function = tool.get("function")
     name = function.get("name") if isinstance(function, dict) else None

@@ -10,6 +10,7 @@ from servekit.bench.spec import BenchSpec, PointSpec
 from servekit.cli._bench_sessions import sessions_input
 from servekit.cli._bench_trace import trace_input
 from servekit.cli._output import check_load_options
+from servekit.cli._unused_options import refuse_unused
 from servekit.cli._values import parse_json_object, parse_numbers, read_text_option
 from servekit.client.address import server_address
 from servekit.errors import UsageError
@@ -35,6 +36,7 @@ def bench_inputs(opts: dict[str, Any]) -> tuple[BenchSpec, list[PointSpec], Prof
     address = server_address(
         url, api_key=os.environ.get(opts["api_key_env"]), key_name=opts["api_key_env"]
     )
+    refuse_unused(opts)
     replay = trace_input(opts, prof.serve_args.max_model_len if prof else None)  # no --rate
     concurrency, rate = opts["concurrency"], opts["rate"]
     if prof and concurrency is None and rate is None and replay is None:

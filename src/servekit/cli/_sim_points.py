@@ -5,16 +5,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from servekit.bench.summary import session_info, trace_info
+from servekit.bench.summary import session_info, tool_name, trace_info
 from servekit.cli._bench_sessions import sessions_input
 from servekit.cli._bench_trace import trace_input
 from servekit.cli._output import check_load_options
+from servekit.cli._unused_options import refuse_unused
 from servekit.cli._values import parse_numbers, read_text_option
 from servekit.profiles import Profile
 from servekit.results.summary import Workload
 from servekit.sim.offline import AnyPoint, LoadPoint
 from servekit.sim.traffic import SessionsPoint, TracePoint
 from servekit.workload.tools import parse_tools
+from servekit.workload.traces import mean_lengths
 
 
 def sim_points(
@@ -27,13 +29,14 @@ def sim_points(
     temperature, seed = opts["temperature"], opts["seed"]
     concurrency, rate, arrival = opts["concurrency"], opts["rate"], opts["arrival"]
     wanted = {"api": "chat", "dataset": None, "workers": 1}
+    refuse_unused(opts, command="sim run")
     replay = trace_input({**opts, **wanted}, profile.serve_args.max_model_len)
     if replay is not None:
         trace, spec = replay
-        lengths = [(r.input_len, r.output_len) for r in trace.requests] or [(ilen, olen)]
+        means = mean_lengths(trace) or (ilen, olen)
         workload = Workload(
-            input_len=round(sum(i for i, _ in lengths) / len(lengths)),
-            output_len=round(sum(o for _, o in lengths) / len(lengths)),
+            input_len=means[0],
+            output_len=means[1],
             temperature=temperature,
             requests_per_point=len(trace.requests),
             seed=seed,
@@ -61,7 +64,7 @@ def sim_points(
         temperature=temperature,
         requests_per_point=sessions.sessions_per_point if sessions else opts["requests_per_point"],
         seed=seed,
-        tools=[_tool_name(t) for t in tools] if tools else None,
+        tools=[tool_name(t) for t in tools] if tools else None,
         sessions=session_info(sessions),
     )
     if sessions is not None:
@@ -77,9 +80,3 @@ def sim_points(
         else LoadPoint(label, n, ilen, olen, temperature, concurrency=c)
         for label, c, r in levels
     ], workload
-
-
-def _tool_name(tool: dict[str, Any]) -> str | None:
-    function = tool.get("function")
-    name = function.get("name") if isinstance(function, dict) else None
-    return name if isinstance(name, str) else None

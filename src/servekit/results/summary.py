@@ -218,6 +218,7 @@ class TraceInfo(Document):
     duration_s: float | None
     block_tokens: int | None = None  # tokens per hash id (mooncake: 512)
     implied_hit_rate: float | None = None
+    skipped: int | None = None  # rows of the window that are no request (BurstGPT's failed)
 
 
 class SessionInfo(Document):

@@ -6,8 +6,9 @@ equal ids meaning equal blocks. `load_trace` parses a file's text into a `Trace`
 relative to the first request, windowed (`start_s`, `duration_s`), scaled (`time_scale`) and
 capped (`max_requests`). A bad file is one `UsageError` naming the file, line and field.
 
-The text is read one line at a time and reading stops at the end of the window or the cap,
-so a large trace costs the requests replayed, not the file. `implied_hits` says how many
+The file's text is in memory (the CLI reads it whole, up to 4 GiB); it is parsed one line
+at a time and parsing stops at the end of the window or the cap, so only the requests
+replayed are parsed and kept. `implied_hits` says how many
 prompt tokens a prefix cache should find for each request (the definition is in
 docs/workloads.md); `block_token_ids` turns a hash id into the same block
 of tokens every time it appears.
@@ -514,3 +515,14 @@ _FORMATS: dict[str, _Format] = {
     ),
     "jsonl": _Format("timestamp_s", "seconds", 1.0, "input_len", "output_len", _json_rows),
 }
+
+
+def mean_lengths(trace: Trace) -> tuple[int, int] | None:
+    """The trace's mean input and output lengths in tokens (rounded), or None when empty."""
+    if not trace.requests:
+        return None
+    count = len(trace.requests)
+    return (
+        round(sum(r.input_len for r in trace.requests) / count),
+        round(sum(r.output_len for r in trace.requests) / count),
+    )
