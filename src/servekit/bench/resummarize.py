@@ -54,13 +54,10 @@ def write_run_info(
         entry = PlannedPoint(
             label=point.label, concurrency=point.concurrency, rate_rps=point.rate_rps
         )
-        if point.schedule is not None and max_schedule_lag_ms is not None:
-            count = point.requests or header.workload.requests_per_point
+        sends = point.planned_sends(header.workload.requests_per_point)
+        if sends is not None and max_schedule_lag_ms is not None:
             entry = entry.model_copy(
-                update={
-                    "schedule_planned": min(len(point.schedule), count),
-                    "max_schedule_lag_ms": max_schedule_lag_ms,
-                }
+                update={"schedule_planned": sends, "max_schedule_lag_ms": max_schedule_lag_ms}
             )
         if outcome is not None:
             client = outcome.client or ClientBlock(

@@ -535,10 +535,11 @@ async def measure_point(
         # a replay's bound is --max-schedule-lag-ms, held to its records' lags below
         max_send_lag_ms=None if point.schedule is not None else MAX_SEND_LAG_P99_MS,
     )
-    if point.schedule is not None:  # the summary's schedule block says the same
-        planned = min(len(point.schedule), point.requests or spec.requests_per_point)
-        bound = ScheduleBound(planned, spec.max_schedule_lag_ms)
-        if (late := schedule_warning(schedule_block(records, bound, ci=False))) is not None:
+    if (planned := point.planned_sends(spec.requests_per_point)) is not None:
+        # the summary's schedule block says the same; its lag is the replay's one send lag
+        block = schedule_block(records, ScheduleBound(planned, spec.max_schedule_lag_ms), ci=False)
+        figures["send_lag_ms_p99"] = block.lag_ms.p99
+        if (late := schedule_warning(block)) is not None:
             warnings.append(late)
         if spec.trace is not None:
             warnings += prompt_length_warnings(records, spec.trace.requests)

@@ -70,6 +70,13 @@ class PointSpec:
     requests: int | None = None  # this point's request count [BenchSpec.requests_per_point]
     schedule: tuple[float, ...] | None = None  # explicit send offsets (s): a trace replay
 
+    def planned_sends(self, requests_per_point: int) -> int | None:
+        """Sends an explicit schedule asks for (up to the point's request count, else
+        `requests_per_point`); None for a point without one."""
+        if self.schedule is None:
+            return None
+        return min(len(self.schedule), self.requests or requests_per_point)
+
 
 @dataclass(frozen=True, slots=True)
 class PointOutcome:

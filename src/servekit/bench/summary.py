@@ -190,10 +190,8 @@ def bench_summary(
 def schedule_bound(spec: BenchSpec, point: PointSpec) -> ScheduleBound | None:
     """What a point with an explicit schedule (a trace replay) asked for: the sends its
     schedule holds (up to the point's request count) and the run's p99 lag bound."""
-    if point.schedule is None:
-        return None
-    count = point.requests or spec.requests_per_point
-    return ScheduleBound(min(len(point.schedule), count), spec.max_schedule_lag_ms)
+    planned = point.planned_sends(spec.requests_per_point)
+    return None if planned is None else ScheduleBound(planned, spec.max_schedule_lag_ms)
 
 
 def trace_info(trace: Trace | None) -> TraceInfo | None:
