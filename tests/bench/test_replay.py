@@ -275,3 +275,24 @@ def test_bench_trace_summary_hit_rate_matches_the_trace(sim_url: str, tmp_path: 
     implied = sum(implied_hits(trace))
     assert abs(cache["server_hit_tokens"] - implied) <= SERVER_BLOCK * len(trace.requests)
     assert cache["implied_hit_rate"] == pytest.approx(implied / cache["server_queried_tokens"])
+
+
+def test_a_request_over_the_servers_max_model_len_is_refused_before_sending(
+    sim_url: str, tmp_path: Path
+) -> None:
+    """Without a profile the server's /v1/models max_model_len is the bound: the first
+    request over it is named by its trace line, exit 2, and no request is sent."""
+    row = {"timestamp": 0, "input_length": 200_000, "output_length": 8, "hash_ids": []}
+    rows = [{"timestamp": 0, "input_length": 10, "output_length": 8, "hash_ids": [1]}, row]
+    for item in rows:
+        item["hash_ids"] = list(range(-(-int(item["input_length"]) // BLOCK)))
+    (tmp_path / "long.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), "utf-8")
+    result = CliRunner().invoke(cli, [
+        "bench", "--url", sim_url, "--trace", str(tmp_path / "long.jsonl"),
+        "--trace-block-tokens", str(BLOCK), "--out", str(tmp_path / "run"),
+    ])  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert "long.jsonl:2: 200000 input + 8 output = 200008 tokens exceeds the server's" in (
+        result.output
+    )
+    assert not (tmp_path / "run" / "records.jsonl").exists()

@@ -32,7 +32,14 @@ from servekit.client.endpoint import open_endpoint
 from servekit.client.models import malformed_models, model_entries, model_len
 from servekit.client.transport import Transport
 from servekit.client.urls import redact_url
-from servekit.errors import ChecksFailed, EndpointError, Interrupted, ServekitError, Terminated
+from servekit.errors import (
+    ChecksFailed,
+    EndpointError,
+    Interrupted,
+    ServekitError,
+    Terminated,
+    UsageError,
+)
 from servekit.results.summary import (
     ClientBlock,
     ServerBlock,
@@ -273,6 +280,8 @@ def run_bench(
             raise _stop_error(signals, "before any request was sent; nothing was written") from None
         if not spec.model:
             spec = dataclasses.replace(spec, model=info.model)
+        if spec.trace is not None and info.max_model_len is not None:
+            check_trace_fits(spec.trace, info.max_model_len)
         started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
         progress = Progress()
 
@@ -356,8 +365,27 @@ def run_bench(
     return summary
 
 
+def check_trace_fits(trace: Trace, max_model_len: int) -> None:
+    """Refuse a replay whose requests the server cannot hold (its /v1/models max_model_len),
+    before anything is sent (a profile's max_model_len is checked when the trace is read).
+
+    Raises:
+        UsageError: the first request over it, by its line in the trace file.
+    """
+    for request in trace.requests:
+        if (total := request.input_len + request.output_len) > max_model_len:
+            raise UsageError(
+                f"{trace.file}:{request.line}: {request.input_len} input + "
+                f"{request.output_len} output = {total} tokens exceeds the server's "
+                f"max_model_len {max_model_len}; nothing was sent",
+                fix="window the trace past it (--trace-start, --max-requests) or serve a "
+                "longer max_model_len",
+            )
+
+
 FAILURE_FIXES = {
-    "context_length": "shorten --input-len (or --output-len) or raise the server's max_model_len",
+    "context_length": "shorten the prompts (--input-len, --output-len, the trace or the "
+    "sessions' turns) or raise the server's max_model_len",
     "timeout": "raise --timeout or lower the load",
     "http_429": "the server refuses the load: lower --concurrency/--rate or raise its limits",
     "http_503": "the server refuses the load: lower --concurrency/--rate or raise its limits",
