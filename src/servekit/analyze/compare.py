@@ -1,17 +1,21 @@
 """Compare two runs point by point, and advise on speculative decoding (core).
 
-Points pair by concurrency (closed loop) or rate (open loop). For each metric the change is
+Points pair by concurrency (closed loop) or rate (open loop); a trace replay's point (it
+has a schedule block, or neither a concurrency nor a rate) pairs with the other run's
+replay point, whatever rate each was labelled with. For each metric the change is
 B relative to A, with a verdict from B's side: `better`, `worse` or `within noise`. A
 difference counts when the two 95% bootstrap intervals of the statistic do not overlap;
 output throughput has no interval of its own, so in a closed loop (throughput = concurrency x
 output tokens / mean latency) it takes the relative width of the mean latency's interval;
-a statistic without an interval counts when it moved more than 2%.
+a statistic without an interval counts when it moved more than 2%. The traffic figures
+(prefix-cache hit rates, per-turn TTFT, session completion, invalid tool arguments, schedule
+lag) are compared where either point has them, by that 2% rule.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -45,6 +49,37 @@ METRICS: tuple[tuple[str, Stat | None, bool], ...] = (
     ("per_stream_tok_s", "mean", True),
 )
 
+TrafficGetter = Callable[[SummaryPoint], float | None]
+
+
+def _first_turn_ttft(point: SummaryPoint) -> float | None:
+    return point.turns[0].ttft_ms.mean if point.turns else None
+
+
+def _last_turn_ttft(point: SummaryPoint) -> float | None:
+    return point.turns[-1].ttft_ms.mean if point.turns else None
+
+
+def _completion(point: SummaryPoint) -> float | None:
+    s = point.sessions
+    return round(s.completed / s.sessions, 6) if s is not None and s.sessions else None
+
+
+# The traffic figures: name (the deltas key), how to read it, higher is better.
+TRAFFIC_METRICS: tuple[tuple[str, TrafficGetter, bool], ...] = (
+    ("prefix_cache.server_hit_rate",
+     lambda p: p.prefix_cache.server_hit_rate if p.prefix_cache else None, True),
+    ("prefix_cache.client_hit_rate",
+     lambda p: p.prefix_cache.client_hit_rate if p.prefix_cache else None, True),
+    ("turns.first.ttft_ms.mean", _first_turn_ttft, False),
+    ("turns.last.ttft_ms.mean", _last_turn_ttft, False),
+    ("sessions.completed_fraction", _completion, True),
+    ("sessions.turns_per_s", lambda p: p.sessions.turns_per_s if p.sessions else None, True),
+    ("sessions.tool_args_invalid_rate",
+     lambda p: p.sessions.tool_args_invalid_rate if p.sessions else None, False),
+    ("schedule.lag_ms.p99", lambda p: p.schedule.lag_ms.p99 if p.schedule else None, False),
+)  # fmt: skip
+
 
 @dataclass(frozen=True, slots=True)
 class Delta:
@@ -61,10 +96,12 @@ class Delta:
         return DeltaBlock(a=self.a, b=self.b, delta_pct=self.delta_pct, verdict=self.verdict)
 
 
-Load = tuple[Literal["concurrency", "rate_rps"], float]
+Load = tuple[Literal["concurrency", "rate_rps", "trace"], float]
 
 
 def _load_key(point: SummaryPoint) -> Load | None:
+    if point.schedule is not None or (point.concurrency is None and point.rate_rps is None):
+        return ("trace", 0.0)
     if point.concurrency is not None:
         return ("concurrency", float(point.concurrency))
     if point.rate_rps is not None:
@@ -118,6 +155,17 @@ def delta(
     return Delta(metric, a, b, round(pct, 2), verdict)
 
 
+def traffic_delta(metric: str, a: float | None, b: float | None, higher_better: bool) -> Delta:
+    """The change of one traffic figure from A to B (no intervals: the 2% rule)."""
+    if a is None or b is None or a == 0:
+        return Delta(metric, a, b, None, "n/a")
+    pct = (b - a) / abs(a) * 100
+    verdict: Verdict = "better" if (b > a) == higher_better else "worse"
+    if abs(pct) <= NOISE_PCT:
+        verdict = "within noise"
+    return Delta(metric, a, b, round(pct, 2), verdict)
+
+
 def untrusted(point: SummaryPoint) -> str | None:
     """Why a point's figures cannot support advice, or None: requests failed (the load the
     server saw was not the load asked for), or the client's own timing was not valid."""
@@ -143,8 +191,16 @@ def pair_points(run_a: Summary, run_b: Summary) -> list[tuple[Load, SummaryPoint
     return sorted(pairs, key=lambda item: (item[0][0], item[0][1]))
 
 
+def _replay_requests(point: SummaryPoint) -> float:
+    """A replay row's load value: the requests A's replay planned (or sent), at least 1."""
+    planned = point.schedule.planned if point.schedule else point.completed + point.failed
+    return float(max(planned, 1))
+
+
 def _label(load: Load) -> str:
     kind, value = load
+    if kind == "trace":
+        return "trace"
     return f"c={value:g}" if kind == "concurrency" else f"rate={value:g}"
 
 
@@ -291,7 +347,12 @@ def compare_runs(
         for key, stat, higher in METRICS:
             name = key if stat is None else f"{key}.{stat}"
             deltas[name] = delta(name, pa, pb, key, stat, higher).to_block()
-        rows.append(CompareRow(load=_label(load), load_kind=load[0], load_value=load[1],
+        for name, get, higher in TRAFFIC_METRICS:
+            a, b = get(pa), get(pb)
+            if a is not None or b is not None:
+                deltas[name] = traffic_delta(name, a, b, higher).to_block()
+        value = load[1] if load[0] != "trace" else _replay_requests(pa)
+        rows.append(CompareRow(load=_label(load), load_kind=load[0], load_value=value,
                                deltas=deltas, excluded=_excluded(pa, pb)))  # fmt: skip
     doc = Comparison(schema_version=COMPARE_VERSION, points=rows, crossover=crossover(rows))
     spec_a, spec_b = has_speculation(run_a), has_speculation(run_b)

@@ -8,7 +8,10 @@ value is read from a summary point and how each view formats it; the views only 
 
 The brief table (terminal and summary.md) is the deployment's table: concurrency, output
 tok/s and mean latency, plus the timing columns; the report adds p99 latency, acceptance
-length, completed and valid, with thousands separators and more digits.
+length, completed and valid, with thousands separators and more digits. The report's
+traffic table (`traffic_headers`, `traffic_rows`) has only the traffic columns some point
+of the run fills: prefix-cache hit rates, first- and last-turn TTFT, sessions, invalid tool
+arguments, schedule lag.
 """
 
 from __future__ import annotations
@@ -43,13 +46,17 @@ def _text(value: object) -> str:
 
 
 def _brief_load(point: Point) -> str:
+    if point.schedule is not None:
+        return "trace"
     if point.concurrency:
         return f"c={point.concurrency}"
     return f"{point.rate_rps} req/s"
 
 
 def report_load(point: Point) -> str:
-    """A point's load as the report names it: `c=4` or `rate=0.5`."""
+    """A point's load as the report names it: `c=4`, `rate=0.5`, or `trace` (a replay)."""
+    if point.schedule is not None:
+        return "trace"
     if point.concurrency is not None:
         return f"c={point.concurrency}"
     return f"rate={point.rate_rps}"
@@ -169,3 +176,74 @@ def point_rows(points: Sequence[Point], view: View) -> list[list[str]]:
     """The body rows of the points table in one view, one row per point, cells as text."""
     shown = _shown(view)
     return [[s.cell(point) for s in shown] for point in points]
+
+
+def _percent(value: object) -> str:
+    return f"{100 * value:.1f}%" if isinstance(value, int | float) else "-"
+
+
+def _traffic(name: str, header: str, get: Getter, fmt: Callable[[object], str]) -> PointColumn:
+    return PointColumn(name, {"report": Shown(header, _value(get, fmt))})
+
+
+def _turn_ttft(point: Point, index: int) -> float | None:
+    return point.turns[index].ttft_ms.mean if point.turns else None
+
+
+def _sessions_done(point: Point) -> str | None:
+    """Completed of all sessions, then the turn-limited and failed ones when there are any."""
+    s = point.sessions
+    if s is None:
+        return None
+    limit = f", {s.turn_limit} at turn limit" if s.turn_limit else ""
+    failed = f", {s.failed} failed" if s.failed else ""
+    return f"{s.completed}/{s.sessions}{limit}{failed}"
+
+
+TRAFFIC_COLUMNS: tuple[tuple[PointColumn, Getter], ...] = tuple(
+    (_traffic(name, header, get, fmt), get)
+    for name, header, get, fmt in (
+        ("server_hit_rate", "server prefix hit",
+         lambda p: p.prefix_cache.server_hit_rate if p.prefix_cache else None, _percent),
+        ("client_hit_rate", "client cached",
+         lambda p: p.prefix_cache.client_hit_rate if p.prefix_cache else None, _percent),
+        ("implied_hit_rate", "trace implies",
+         lambda p: p.prefix_cache.implied_hit_rate if p.prefix_cache else None, _percent),
+        ("turn1_ttft_ms", "turn 1 TTFT ms", lambda p: _turn_ttft(p, 0), _report_number(1)),
+        ("last_turn_ttft_ms", "last turn TTFT ms", lambda p: _turn_ttft(p, -1),
+         _report_number(1)),
+        ("sessions", "sessions completed", _sessions_done, lambda v: "-" if v is None else str(v)),
+        ("turns_per_s", "turns/s", lambda p: p.sessions.turns_per_s if p.sessions else None,
+         _report_number(2)),
+        ("tool_calls", "tool calls", lambda p: p.sessions.tool_calls if p.sessions else None,
+         _report_number(0)),
+        ("tool_args_invalid_rate", "invalid tool args",
+         lambda p: p.sessions.tool_args_invalid_rate if p.sessions else None, _percent),
+        ("schedule_lag_p99_ms", "send lag p99 ms",
+         lambda p: p.schedule.lag_ms.p99 if p.schedule else None, _report_number(3)),
+        ("schedule_sent", "sent/planned",
+         lambda p: f"{p.schedule.sent}/{p.schedule.planned}" if p.schedule else None,
+         lambda v: "-" if v is None else str(v)),
+    )
+)  # fmt: skip
+
+
+def _traffic_present(points: Sequence[Point]) -> list[PointColumn]:
+    return [c for c, get in TRAFFIC_COLUMNS if any(get(p) is not None for p in points)]
+
+
+def traffic_headers(points: Sequence[Point]) -> list[str]:
+    """The traffic table's header row: load, then the traffic columns some point fills
+    (empty when none does)."""
+    present = _traffic_present(points)
+    if not present:
+        return []
+    return ["load", *(c.views["report"].header for c in present)]
+
+
+def traffic_rows(points: Sequence[Point]) -> list[list[str]]:
+    """The traffic table's rows, one per point (none when no point has a traffic figure)."""
+    present = _traffic_present(points)
+    if not present:
+        return []
+    return [[report_load(p), *(c.views["report"].cell(p) for c in present)] for p in points]

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from servekit import jsontext
 from servekit.analyze.summarize import Slo, point_metrics, point_to_json
+from servekit.analyze.traffic import ScheduleBound, traffic_blocks, with_traffic
 from servekit.bench._files import read_json_document
 from servekit.bench.spec import PointOutcome, PointSpec
 from servekit.bench.store import (
@@ -40,9 +41,12 @@ def write_run_info(
     points: list[PointSpec],
     outcomes: list[PointOutcome],
     redactor: Redactor | None = None,
+    *,
+    max_schedule_lag_ms: float | None = None,
 ) -> None:
     """Write run.json atomically: the summary header, the plan, the finished points, with
-    the run's secrets (`redactor`) removed from the server's text they hold."""
+    the run's secrets (`redactor`) removed from the server's text they hold; a point with
+    an explicit schedule keeps its planned sends and `max_schedule_lag_ms`."""
     done = {o.spec.label: o for o in outcomes}
     planned = []
     for point in points:
@@ -50,6 +54,14 @@ def write_run_info(
         entry = PlannedPoint(
             label=point.label, concurrency=point.concurrency, rate_rps=point.rate_rps
         )
+        if point.schedule is not None and max_schedule_lag_ms is not None:
+            count = point.requests or header.workload.requests_per_point
+            entry = entry.model_copy(
+                update={
+                    "schedule_planned": min(len(point.schedule), count),
+                    "max_schedule_lag_ms": max_schedule_lag_ms,
+                }
+            )
         if outcome is not None:
             client = outcome.client or ClientBlock(
                 valid=not outcome.warnings, warnings=outcome.warnings
@@ -81,8 +93,11 @@ def rebuild_summary(info: RunInfo, records: list[RequestRecord]) -> Summary:
     by_label: dict[str, list[RequestRecord]] = {}
     for record in records:
         by_label.setdefault(record.point, []).append(record)
-    block = info.summary.workload.slo
+    workload = info.summary.workload
+    block = workload.slo
     slo = None if block is None else Slo(block.ttft_ms, block.tpot_ms, block.e2e_s)
+    agent = None if workload.sessions is None else workload.sessions.agent
+    implied = None if workload.trace is None else workload.trace.implied_hit_rate
     points = []
     for planned in info.points:
         recs = by_label.get(planned.label, [])
@@ -93,15 +108,25 @@ def rebuild_summary(info: RunInfo, records: list[RequestRecord]) -> Summary:
         else:
             continue
         metrics = point_metrics(recs, slo=slo)
-        points.append(
-            point_to_json(
-                metrics,
-                concurrency=planned.concurrency,
-                rate_rps=planned.rate_rps,
-                server=server,
-                client=client,
-            )
+        point = point_to_json(
+            metrics,
+            concurrency=planned.concurrency,
+            rate_rps=planned.rate_rps,
+            server=server,
+            client=client,
         )
+        bound = None
+        if planned.schedule_planned is not None and planned.max_schedule_lag_ms is not None:
+            bound = ScheduleBound(planned.schedule_planned, planned.max_schedule_lag_ms)
+        blocks = traffic_blocks(
+            recs,
+            server or ServerBlock(),
+            duration_s=metrics.duration_s,
+            agent=agent,
+            schedule=bound,
+            implied_hit_rate=implied if bound is not None else None,
+        )
+        points.append(with_traffic(point, blocks))
     return info.summary.model_copy(update={"points": points})
 
 

@@ -2,15 +2,18 @@
 
 Closed loop: `concurrency` workers each send the next request as soon as their previous one
 ends. Open loop: requests are sent at their scheduled arrival times (Poisson, gamma or
-constant), optionally capped by `max_concurrency`. Every request becomes a `RequestRecord`,
-appended and flushed the moment it ends. `/metrics` is scraped before and after each point
-and sampled during it for the gauges.
+constant), optionally capped by `max_concurrency`. With `BenchSpec.sessions` each point
+runs multi-turn sessions or agent loops instead (`bench.sessions`): the loops then drive
+sessions, not requests. Every request becomes a `RequestRecord`, appended and flushed the
+moment it ends. `/metrics` is scraped before and after each point and sampled during it for
+the gauges (`measure_point`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -18,7 +21,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from servekit.analyze.summarize import distribution
+from servekit.analyze.traffic import ScheduleBound, schedule_block, schedule_warning
+from servekit.bench.replay import block_tokens_of, prompt_length_warnings, trace_prompts
 from servekit.bench.scrape import Snapshot, scrape, server_block
+from servekit.bench.sessions import SessionPoints
 from servekit.bench.sizing import sized_prompts
 from servekit.bench.spec import BenchSpec, Planned, PointOutcome, PointSpec
 from servekit.bench.store import RecordWriter
@@ -29,6 +35,7 @@ from servekit.errors import EndpointError
 from servekit.records import RequestRecord
 from servekit.results.summary import ClientBlock
 from servekit.workload.synthetic import arrival_offsets
+from servekit.workload.traces import Trace
 
 SAMPLE_EVERY_S = 0.25
 POOL_START_LEAD_S = 0.3  # worker processes start a point together, this long after dispatch
@@ -75,6 +82,8 @@ async def plan_requests(
 ) -> tuple[list[Planned], str]:
     """Every request of the run, in order (from the dataset, or synthetic and sized), and
     how the prompts' lengths were counted."""
+    if spec.trace is not None:
+        return await _plan_trace(endpoint, spec, spec.trace, count, rng)
     outputs = [
         spec.output_dist.draw(rng) if spec.output_dist else spec.output_len for _ in range(count)
     ]
@@ -94,6 +103,28 @@ async def plan_requests(
     prompts, method = await sized_prompts(endpoint, spec, lengths, rng)
     return [
         Planned(request_body(spec, p, out), out) for p, out in zip(prompts, outputs, strict=True)
+    ], method
+
+
+async def _plan_trace(
+    endpoint: Endpoint, spec: BenchSpec, trace: Trace, count: int, rng: random.Random
+) -> tuple[list[Planned], str]:
+    """A replay's requests: distinct synthetic warmup requests (they must not warm the
+    trace's prefixes), then the trace's, each prompt sized to its input length."""
+    warmup = max(count - len(trace.requests), 0)
+    requests = trace.requests[: count - warmup]
+    warm, _ = (
+        await plan_requests(endpoint, dataclasses.replace(spec, trace=None), warmup, rng)
+        if warmup
+        else ([], "")
+    )
+    sized = await trace_prompts(endpoint, spec, requests, block_tokens_of(trace))
+    method = sized.method
+    if sized.problems:  # never silently: the summary names the requests
+        method += f"; {len(sized.problems)} prompt(s) not exact, e.g. {sized.problems[0]}"
+    return warm + [
+        Planned(request_body(spec, prompt, r.output_len), r.output_len)
+        for prompt, r in zip(sized.prompts, requests, strict=True)
     ], method
 
 
@@ -118,6 +149,7 @@ def to_record(rid: str, point: str, scheduled_ns: int, timed: TimedStream) -> Re
         chunk_tokens=tuple(r.chunk_tokens),
         prompt_tokens=r.prompt_tokens or 0,
         output_tokens=(r.completion_tokens or sum(r.chunk_tokens)) if ok else 0,
+        cached_tokens=r.cached_tokens,
         reasoning_tokens=r.reasoning_tokens,
         finish_reason=r.finish_reason,
         error_kind=r.error_kind,
@@ -193,7 +225,8 @@ async def run_points(
 ) -> BenchRun:
     """Run every point in order; stop early (with the reason) if the server dies.
 
-    With a `pool`, other processes send each point's requests and this one keeps the records.
+    With a `pool`, other processes send each point's requests and this one keeps the records
+    (session points always run in this process: a session's turns depend on each other).
     Requests go over `transport` when given (a test's fake server), else over servekit's
     own HTTP session.
     """
@@ -204,6 +237,10 @@ async def run_points(
     async with open_endpoint(spec.base_url, spec.headers, transport=transport) as endpoint:
         if (dead := await _dead_at_start(endpoint, spec)) is not None:
             return BenchRun(outcomes, dead)
+        if spec.sessions is not None:
+            return await _run_session_points(
+                endpoint, spec, path, points, writer, progress, on_record, on_point, rng
+            )
         counts = [point.requests or spec.requests_per_point for point in points]
         total = spec.warmup + sum(counts)
         planned, progress.input_len_method = await plan_requests(endpoint, spec, total, rng)
@@ -229,17 +266,56 @@ async def run_points(
             )
             progress.current = None
             outcomes.append(outcome)
-            failed = sum(1 for r in outcome.records if not r.ok)
-            if failed and await endpoint.health() != 200:
-                return BenchRun(
-                    outcomes,
-                    EndpointError(
-                        f"the server at {spec.base_url} stopped answering /health during "
-                        f"{point.label} ({failed} request(s) failed); the sweep stopped",
-                        fix="check the engine log (servekit plan --from-log LOG) and restart it",
-                    ),
-                )
+            if (stopped := await _server_died(endpoint, spec, outcome)) is not None:
+                return BenchRun(outcomes, stopped)
     return BenchRun(outcomes)
+
+
+async def _run_session_points(
+    endpoint: Endpoint,
+    spec: BenchSpec,
+    path: str,
+    points: list[PointSpec],
+    writer: RecordWriter,
+    progress: Progress,
+    on_record: Callable[[RequestRecord], None],
+    on_point: Callable[[PointSpec, int], None],
+    rng: random.Random,
+) -> BenchRun:
+    """`run_points` for multi-turn sessions and agent loops (`BenchSpec.sessions`)."""
+    sessions = SessionPoints(
+        endpoint,
+        spec,
+        path,
+        body_of=lambda messages, out: request_body(spec, None, out, messages),
+        record_of=to_record,
+    )
+    progress.input_len_method = await sessions.prepare(rng)
+    for index, point in enumerate(points):
+        progress.current, progress.current_records = point, []
+        on_point(point, sessions.user_turns(index))
+        outcome = await _run_session_point(
+            endpoint, spec, point, sessions, writer, on_record, rng, progress.current_records
+        )
+        progress.current = None
+        progress.outcomes.append(outcome)
+        if (stopped := await _server_died(endpoint, spec, outcome)) is not None:
+            return BenchRun(progress.outcomes, stopped)
+    return BenchRun(progress.outcomes)
+
+
+async def _server_died(
+    endpoint: Endpoint, spec: BenchSpec, outcome: PointOutcome
+) -> EndpointError | None:
+    """Why the sweep stops after a point: requests failed and /health no longer answers."""
+    failed = sum(1 for r in outcome.records if not r.ok)
+    if not failed or await endpoint.health() == 200:
+        return None
+    return EndpointError(
+        f"the server at {spec.base_url} stopped answering /health during "
+        f"{outcome.spec.label} ({failed} request(s) failed); the sweep stopped",
+        fix="check the engine log (servekit plan --from-log LOG) and restart it",
+    )
 
 
 async def _dead_at_start(endpoint: Endpoint, spec: BenchSpec) -> EndpointError | None:
@@ -294,17 +370,23 @@ async def send_share(
     emit: Emit,
 ) -> ClientLoad:
     """Send one process's share of a point; `emit(index, record)` as each request ends."""
-    loop_lags: list[float] = []
-    send_lags: list[float] = []
-    stop = asyncio.Event()
-    monitor = asyncio.create_task(_monitor_loop(loop_lags, stop))
-    cpu_start, wall_start = time.process_time(), time.monotonic()
 
     async def send(index: int, scheduled_ns: int) -> None:
         timed = await endpoint.stream(path, bodies[index], timeout_s=spec.timeout_s)
         await asyncio.sleep(0)  # let other streams stamp their bytes before this bookkeeping
         emit(index, to_record(f"{label}-{index}", label, scheduled_ns, timed))
 
+    return await drive_share(share, take, send)
+
+
+async def drive_share(share: Share, take: Taker, send: Sender) -> ClientLoad:
+    """Run `send` for a share's indices (closed or open loop) while measuring the client:
+    event-loop lag, send lag behind the schedule (open loop) and CPU use."""
+    loop_lags: list[float] = []
+    send_lags: list[float] = []
+    stop = asyncio.Event()
+    monitor = asyncio.create_task(_monitor_loop(loop_lags, stop))
+    cpu_start, wall_start = time.process_time(), time.monotonic()
     try:
         if (delay := (share.start_ns - time.monotonic_ns()) / 1e9) > 0:
             await asyncio.sleep(delay)
@@ -334,15 +416,6 @@ async def _run_point(
     records: list[RequestRecord],
     pool: PointSender | None,
 ) -> PointOutcome:
-    await endpoint.warm(point.concurrency or 8)
-    before: Snapshot | None = await scrape(endpoint)
-    maxima: dict[str, float] = {}
-    stop = asyncio.Event()
-    samples: list[list[float]] = []
-    problems = {before.problem} if before is not None and before.problem else set()
-    sampler = asyncio.create_task(
-        _sample_gauges(endpoint, maxima, stop, samples, spec.metrics_interval_s, problems)
-    )
     short: list[tuple[int, int]] = []
 
     def keep(index: int, record: RequestRecord) -> None:
@@ -352,27 +425,105 @@ async def _run_point(
         records.append(record)
         on_record(record)
 
-    start = time.monotonic_ns() + (int(POOL_START_LEAD_S * 1e9) if pool else 0)
-    deadline = None
-    if spec.duration_per_point_s is not None:
-        deadline = start + int(spec.duration_per_point_s * 1e9)
-    share = Share(
-        open_loop=point.concurrency is None,
-        concurrency=point.concurrency or 0,
-        schedule=() if point.concurrency is not None else _schedule(point, len(bodies), rng),
-        cap=point.max_concurrency,
-        start_ns=start,
-        deadline_ns=deadline,
-    )
-    payloads = [b.body for b in bodies]
-    try:
+    async def send() -> list[ClientLoad]:
+        start = time.monotonic_ns() + (int(POOL_START_LEAD_S * 1e9) if pool else 0)
+        share = Share(
+            open_loop=point.concurrency is None,
+            concurrency=point.concurrency or 0,
+            schedule=() if point.concurrency is not None else _schedule(point, len(bodies), rng),
+            cap=point.max_concurrency,
+            start_ns=start,
+            deadline_ns=point_deadline(spec, start),
+        )
+        payloads = [b.body for b in bodies]
         if pool is None:
-            taker = closed_taker(len(bodies), deadline)
-            loads = [
+            taker = closed_taker(len(bodies), share.deadline_ns)
+            return [
                 await send_share(endpoint, path, spec, point.label, payloads, share, taker, keep)
             ]
-        else:
-            loads = await pool.send_point(point.label, payloads, share, keep)
+        loads = await pool.send_point(point.label, payloads, share, keep)
+        workers.append(len(loads))
+        return loads
+
+    workers: list[int] = []
+    outcome = await measure_point(endpoint, spec, point, records, send, short)
+    if workers and outcome.client is not None:  # only a pooled run says how many processes
+        client = outcome.client.model_copy(update={"workers": workers[0]})  # sent the load
+        outcome = dataclasses.replace(outcome, client=client)
+    return outcome
+
+
+async def _run_session_point(
+    endpoint: Endpoint,
+    spec: BenchSpec,
+    point: PointSpec,
+    sessions: SessionPoints,
+    writer: RecordWriter,
+    on_record: Callable[[RequestRecord], None],
+    rng: random.Random,
+    records: list[RequestRecord],
+) -> PointOutcome:
+    """A session point: concurrency = sessions in flight (closed loop), or rate = session
+    arrivals per second (open loop); measured like any other point."""
+    jobs = sessions.next_point(rng)
+    short: list[tuple[int, int]] = []
+
+    def keep(record: RequestRecord, wanted: int | None) -> None:
+        if wanted is not None and record.ok and record.output_tokens != wanted:
+            short.append((record.output_tokens, wanted))
+        writer.write(record)
+        records.append(record)
+        on_record(record)
+
+    async def send() -> list[ClientLoad]:
+        start = time.monotonic_ns()
+        closed = point.concurrency is not None
+        share = Share(
+            open_loop=not closed,
+            concurrency=point.concurrency or 0,
+            schedule=() if closed else _schedule(point, len(jobs), rng),
+            cap=point.max_concurrency,
+            start_ns=start,
+            deadline_ns=point_deadline(spec, start),
+        )
+
+        async def run(index: int, scheduled_ns: int) -> None:
+            await sessions.run(jobs[index], point.label, scheduled_ns, share.deadline_ns, keep)
+
+        return [await drive_share(share, closed_taker(len(jobs), share.deadline_ns), run)]
+
+    return await measure_point(endpoint, spec, point, records, send, short)
+
+
+def point_deadline(spec: BenchSpec, start_ns: int) -> int | None:
+    """When a point starting at `start_ns` stops starting requests (`duration_per_point_s`)."""
+    if spec.duration_per_point_s is None:
+        return None
+    return start_ns + int(spec.duration_per_point_s * 1e9)
+
+
+async def measure_point(
+    endpoint: Endpoint,
+    spec: BenchSpec,
+    point: PointSpec,
+    records: list[RequestRecord],
+    send: Callable[[], Awaitable[list[ClientLoad]]],
+    short: list[tuple[int, int]],
+) -> PointOutcome:
+    """Run one point's `send` between /metrics scrapes (and sampled during it), then judge
+    it: the client's self-check, output lengths (`short`: (got, wanted) pairs), scrape
+    problems and the server's generation counter against the `records` kept."""
+    await endpoint.warm(point.concurrency or 8)
+    before: Snapshot | None = await scrape(endpoint)
+    maxima: dict[str, float] = {}
+    stop = asyncio.Event()
+    samples: list[list[float]] = []
+    problems = {before.problem} if before is not None and before.problem else set()
+    sampler = asyncio.create_task(
+        _sample_gauges(endpoint, maxima, stop, samples, spec.metrics_interval_s, problems)
+    )
+    try:
+        loads = await send()
     finally:
         stop.set()
         await asyncio.gather(sampler, return_exceptions=True)
@@ -381,7 +532,16 @@ async def _run_point(
         [lag for load in loads for lag in load.loop_lags_ms],
         [lag for load in loads for lag in load.send_lags_ms],
         max(load.cpu_util for load in loads),
+        # a replay's bound is --max-schedule-lag-ms, held to its records' lags below
+        max_send_lag_ms=None if point.schedule is not None else MAX_SEND_LAG_P99_MS,
     )
+    if point.schedule is not None:  # the summary's schedule block says the same
+        planned = min(len(point.schedule), point.requests or spec.requests_per_point)
+        bound = ScheduleBound(planned, spec.max_schedule_lag_ms)
+        if (late := schedule_warning(schedule_block(records, bound, ci=False))) is not None:
+            warnings.append(late)
+        if spec.trace is not None:
+            warnings += prompt_length_warnings(records, spec.trace.requests)
     server = server_block(before, after, maxima).model_copy(update={"samples": samples})
     if after is not None and after.problem:
         problems.add(after.problem)
@@ -394,8 +554,6 @@ async def _run_point(
         send_lag_ms_p99=figures["send_lag_ms_p99"],
         cpu_util=figures["cpu_util"],
     )
-    if pool is not None:  # only a pooled run says how many processes sent the load
-        client = client.model_copy(update={"workers": len(loads)})
     return PointOutcome(point, records, server, warnings, client)
 
 
@@ -468,9 +626,7 @@ async def drive_open(
             scheduled = start_ns + int(offset_s * 1e9)
             if deadline_ns is not None and scheduled >= deadline_ns:
                 break
-            delay = (scheduled - time.monotonic_ns()) / 1e9
-            if delay > 0:
-                await asyncio.sleep(delay)
+            await _wait_until(scheduled)
             tasks.append(asyncio.create_task(capped(index, scheduled)))
         await asyncio.gather(*tasks)
     finally:
@@ -478,6 +634,20 @@ async def drive_open(
             task.cancel()
 
 
+async def _wait_until(due_ns: int) -> None:
+    """Sleep until `due_ns`. asyncio's timers wake up to a millisecond late (epoll waits in
+    whole milliseconds, rounded up), so sleep until `SPIN_LEAD_NS` before it, then yield to
+    the loop (its other work runs meanwhile) until it is due; the spin is at most a tenth
+    of the wait, so a fast schedule costs little CPU."""
+    wait_ns = due_ns - time.monotonic_ns()
+    if wait_ns <= 0:
+        return
+    await asyncio.sleep((wait_ns - min(SPIN_LEAD_NS, wait_ns // 10)) / 1e9)
+    while time.monotonic_ns() < due_ns:
+        await asyncio.sleep(0)
+
+
+SPIN_LEAD_NS = 1_500_000
 LOOP_TICK_S = 0.01
 MAX_LOOP_LAG_P99_MS = 20.0  # measured: <1% ITL error at p99 lag up to 17 ms (c=128)
 MAX_SEND_LAG_P99_MS = 10.0
@@ -493,19 +663,25 @@ async def _monitor_loop(lags: list[float], stop: asyncio.Event) -> None:
 
 
 def certify(
-    loop_lags: list[float], send_lags: list[float], cpu_util: float
+    loop_lags: list[float],
+    send_lags: list[float],
+    cpu_util: float,
+    *,
+    max_send_lag_ms: float | None = MAX_SEND_LAG_P99_MS,
 ) -> tuple[list[str], dict[str, float | None]]:
     """The client's self-check for one point: is the client, not the server, the bottleneck?
 
     A point is invalid when the event loop's p99 lag exceeds 20 ms, the p99 lag of sends
-    behind their schedule exceeds 10 ms, or the client process used more than 90% of a core.
+    behind their schedule exceeds `max_send_lag_ms` (10 ms; None: not checked here, as for
+    a trace replay, whose records' lags `analyze.traffic.schedule_block` holds to its own
+    bound), or the client process used more than 90% of a core.
     """
     loop_p99 = distribution(loop_lags, ci=False).p99
     send_p99 = distribution(send_lags, ci=False).p99
     warnings = []
     if loop_p99 is not None and loop_p99 > MAX_LOOP_LAG_P99_MS:
         warnings.append(f"client event loop lagged {loop_p99:.1f} ms (p99): timings inflated")
-    if send_p99 is not None and send_p99 > MAX_SEND_LAG_P99_MS:
+    if send_p99 is not None and max_send_lag_ms is not None and send_p99 > max_send_lag_ms:
         warnings.append(f"requests left {send_p99:.1f} ms behind schedule (p99)")
     if cpu_util > MAX_CPU_UTIL:
         warnings.append(f"client used {cpu_util:.0%} of a core: it may be the bottleneck")

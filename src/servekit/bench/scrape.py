@@ -26,6 +26,8 @@ COUNTERS = (
     "vllm:num_preemptions",
     "vllm:generation_tokens",
     "vllm:prompt_tokens",
+    "vllm:prefix_cache_queries",  # tokens looked up in the prefix cache (new requests)
+    "vllm:prefix_cache_hits",  # of those, tokens found there
 )
 GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
 
@@ -129,4 +131,11 @@ def server_block(
         if "vllm:num_requests_waiting" in gauge_max
         else None,
         generation_tokens=int(g) if (g := delta("vllm:generation_tokens")) is not None else None,
+        prefix_cache_queries=_tokens(delta("vllm:prefix_cache_queries")),
+        prefix_cache_hits=_tokens(delta("vllm:prefix_cache_hits")),
     )
+
+
+def _tokens(value: float | None) -> int | None:
+    """A token counter's delta; None when unknown or negative (the server restarted)."""
+    return None if value is None or value < 0 else int(value)

@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import JsonValue
 
 from servekit.analyze.summarize import Slo, point_metrics, point_to_json, summary_document
+from servekit.analyze.traffic import RATE_DIGITS, ScheduleBound, traffic_blocks, with_traffic
 from servekit.bench._signals import StopSignals, sigterm_as_interrupt
 from servekit.bench.pool import WorkerPool
 from servekit.bench.resummarize import write_run_info
@@ -32,7 +33,19 @@ from servekit.client.models import malformed_models, model_entries, model_len
 from servekit.client.transport import Transport
 from servekit.client.urls import redact_url
 from servekit.errors import ChecksFailed, EndpointError, Interrupted, ServekitError, Terminated
-from servekit.results.summary import ClientBlock, ServerBlock, SloBlock, Summary, Target, Workload
+from servekit.results.summary import (
+    ClientBlock,
+    ServerBlock,
+    SessionInfo,
+    SloBlock,
+    Summary,
+    Target,
+    TraceInfo,
+    Workload,
+)
+from servekit.workload import traces
+from servekit.workload.sessions import SessionsSpec
+from servekit.workload.traces import Trace
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -104,9 +117,13 @@ def bench_summary(
     command: list[str] | None = None,
 ) -> Summary:
     """The run's summary.json (DESIGN.md section 4); the API key is never part of it."""
-    points = [
-        point_to_json(
-            point_metrics(o.records, slo=slo),
+    trace = trace_info(spec.trace)
+    agent = None if spec.sessions is None else spec.sessions.agent is not None
+    points = []
+    for o in outcomes:
+        metrics = point_metrics(o.records, slo=slo)
+        point = point_to_json(
+            metrics,
             concurrency=o.spec.concurrency,
             rate_rps=o.spec.rate_rps,
             server=o.server,
@@ -114,8 +131,17 @@ def bench_summary(
             if o.client is not None
             else ClientBlock(valid=not o.warnings, warnings=o.warnings),
         )
-        for o in outcomes
-    ]
+        blocks = traffic_blocks(
+            o.records,
+            o.server,
+            duration_s=metrics.duration_s,
+            agent=agent,
+            schedule=schedule_bound(spec, o.spec),
+            implied_hit_rate=trace.implied_hit_rate
+            if trace is not None and o.spec.schedule is not None
+            else None,
+        )
+        points.append(with_traffic(point, blocks))
     doc = summary_document(
         servekit_version=version,
         started_at=started_at,
@@ -143,12 +169,57 @@ def bench_summary(
             dataset_prompts=len(spec.dataset) if spec.dataset else None,
             shared_prefix=spec.shared_prefix,
             workers=spec.workers,
+            trace=trace,
+            sessions=session_info(spec.sessions),
         ),
         points=points,
     )  # fmt: skip
     if command is not None:
         doc = doc.model_copy(update={"command": redact_argv(command)})
     return doc
+
+
+def schedule_bound(spec: BenchSpec, point: PointSpec) -> ScheduleBound | None:
+    """What a point with an explicit schedule (a trace replay) asked for: the sends its
+    schedule holds (up to the point's request count) and the run's p99 lag bound."""
+    if point.schedule is None:
+        return None
+    count = point.requests or spec.requests_per_point
+    return ScheduleBound(min(len(point.schedule), count), spec.max_schedule_lag_ms)
+
+
+def trace_info(trace: Trace | None) -> TraceInfo | None:
+    """The summary's description of a replayed trace, with the hit rate its hash ids imply
+    (None without one)."""
+    if trace is None:
+        return None
+    rate = traces.implied_hit_rate(trace)
+    return TraceInfo(
+        file=trace.file,
+        format=trace.format,
+        requests=len(trace.requests),
+        time_scale=trace.time_scale,
+        start_s=trace.start_s,
+        duration_s=trace.duration_s,
+        block_tokens=trace.block_tokens,
+        implied_hit_rate=None if rate is None else round(rate, RATE_DIGITS),
+    )
+
+
+def session_info(sessions: SessionsSpec | None) -> SessionInfo | None:
+    """The summary's description of the sessions a run sends (None without them)."""
+    if sessions is None:
+        return None
+    agent = sessions.agent
+    turns = max((len(s.turns) for s in sessions.sessions), default=0)
+    return SessionInfo(
+        source=sessions.source,
+        sessions=sessions.sessions_per_point,
+        turns_max=agent.max_turns if agent is not None else turns,
+        think_time=sessions.think_time.spelling,
+        agent=agent is not None,
+        tool_latency=None if agent is None else agent.tool_latency.spelling,
+    )
 
 
 def _tool_name(tool: dict[str, Any]) -> str | None:
@@ -208,7 +279,12 @@ def run_bench(
 
         def on_point(point: PointSpec, total: int) -> None:
             write_run_info(
-                out, summarize([]), points, progress.outcomes, spec.redactor
+                out,
+                summarize([]),
+                points,
+                progress.outcomes,
+                spec.redactor,
+                max_schedule_lag_ms=spec.max_schedule_lag_ms,
             )  # for --resummarize
             if live:
                 live.start_point(point.label, total)
@@ -218,7 +294,14 @@ def run_bench(
         signals.forward = False  # while worker processes start, a SIGTERM is only noted
         with RecordWriter(out, spec.redactor, force=force) as writer, _pool(spec) as pool:
             try:
-                write_run_info(out, summarize([]), points, [], spec.redactor)
+                write_run_info(
+                    out,
+                    summarize([]),
+                    points,
+                    [],
+                    spec.redactor,
+                    max_schedule_lag_ms=spec.max_schedule_lag_ms,
+                )
                 signals.forward = True
                 if signals.terminated:  # it came while the pool started
                     raise KeyboardInterrupt
@@ -243,7 +326,14 @@ def run_bench(
             finally:
                 signals.forward = False  # a SIGTERM from here on never cuts the summary short
         summary = summarize(progress.outcomes)
-        write_run_info(out, summary, points, progress.outcomes, spec.redactor)
+        write_run_info(
+            out,
+            summary,
+            points,
+            progress.outcomes,
+            spec.redactor,
+            max_schedule_lag_ms=spec.max_schedule_lag_ms,
+        )
         write_summary(out, summary)
         write_summary_tables(out, summary)
     if crash is not None:

@@ -2,15 +2,103 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
-from servekit.workload.sessions import SessionsSpec
+from servekit.cli._values import parse_numbers, read_text_option
+from servekit.errors import UsageError
+from servekit.workload.datasets import parse_length
+from servekit.workload.sessions import (
+    AgentSpec,
+    SessionsSpec,
+    parse_conversations,
+    parse_delay,
+    synthetic_sessions,
+)
+
+DEFAULT_SESSIONS_PER_POINT = 16
 
 
-def sessions_input(
-    opts: dict[str, Any], tools: tuple[dict[str, Any], ...]
-) -> SessionsSpec | None:
-    """The sessions to send, or None without --conversations, --turns or --agent."""
-    if opts.get("conversations") is None and opts.get("turns") is None and not opts.get("agent"):
+def sessions_input(opts: dict[str, Any], tools: tuple[dict[str, Any], ...]) -> SessionsSpec | None:
+    """The sessions to send, or None without --conversations, --turns or --agent.
+
+    --conversations reads every conversation of the file (--turns caps their turns);
+    --turns alone makes synthetic sessions of that many turns (--input-len new tokens per
+    turn, --output-len per answer); --agent alone makes synthetic one-turn agent sessions.
+    Synthetic sessions number --sessions for each point of --concurrency and --rate.
+
+    Raises:
+        UsageError: options sessions cannot honour, --agent without tools, a bad file or
+            delay.
+    """
+    conversations, turns, agent = opts.get("conversations"), opts.get("turns"), opts.get("agent")
+    if conversations is None and turns is None and not agent:
+        if opts.get("sessions_per_point") is not None:
+            raise UsageError(
+                "--sessions counts sessions; it needs --conversations, --turns or --agent",
+                fix="add --turns N (synthetic sessions) or --conversations FILE",
+            )
         return None
-    raise NotImplementedError("sessions are being built")
+    _refuse_with_sessions(opts)
+    if agent and not tools:
+        raise UsageError(
+            "--agent needs tools the model may call",
+            fix="pass --tools FILE with at least one tool (e.g. examples/agent/tools.json)",
+        )
+    per_point = opts.get("sessions_per_point") or DEFAULT_SESSIONS_PER_POINT
+    # str(): sim run's lengths are plain integers, bench's may be distributions
+    input_len = parse_length(str(opts.get("input_len") or 1024), "--input-len")
+    output_len = parse_length(str(opts.get("output_len") or 128), "--output-len")
+    rng = random.Random(opts.get("seed", 0))  # noqa: S311 - reproducible lengths
+    if conversations is not None:
+        text = read_text_option(conversations, "--conversations")
+        plans = parse_conversations(
+            text, str(conversations), max_turns=turns, default_output_len=output_len.mean
+        )
+        kind = "sharegpt" if text.lstrip("\ufeff \t\r\n").startswith("[") else "jsonl"
+        source = f"{kind} {conversations}"
+    else:
+        points = len(parse_numbers(opts.get("concurrency"), int, "--concurrency")) + len(
+            parse_numbers(opts.get("rate"), float, "--rate", allow_inf=True)
+        )
+        count = per_point * max(1, points)
+        plans = synthetic_sessions(count, turns or 1, input_len, output_len, rng)
+        source = "synthetic"
+    return SessionsSpec(
+        sessions=tuple(plans),
+        source=source,
+        think_time=parse_delay(opts.get("think_time") or "0", "--think-time"),
+        sessions_per_point=per_point,
+        agent=AgentSpec(
+            tools=tools,
+            tool_latency=parse_delay(opts.get("tool_latency") or "0", "--tool-latency"),
+            tool_result=opts.get("tool_result") or "",
+            max_turns=opts.get("agent_turns") or 8,
+        )
+        if agent
+        else None,
+    )
+
+
+def _refuse_with_sessions(opts: dict[str, Any]) -> None:
+    """One line for each option sessions cannot honour."""
+    if opts.get("trace") is not None:
+        raise UsageError(
+            "--trace replays single requests; it cannot take --conversations, --turns or --agent",
+            fix="drop --trace, or drop the session options",
+        )
+    if opts.get("dataset") is not None:
+        raise UsageError(
+            "sessions take their prompts from --conversations (or make them); they cannot "
+            "take --dataset",
+            fix="pass the file as --conversations FILE instead",
+        )
+    if opts.get("api") == "completions":
+        raise UsageError(
+            "sessions send chat histories; they cannot run with --api completions",
+            fix="use --api chat (the default)",
+        )
+    if (opts.get("workers") or 1) > 1:
+        raise UsageError(
+            "sessions with --workers > 1 are not supported yet", fix="run them with --workers 1"
+        )

@@ -35,22 +35,21 @@ def bench_inputs(opts: dict[str, Any]) -> tuple[BenchSpec, list[PointSpec], Prof
     address = server_address(
         url, api_key=os.environ.get(opts["api_key_env"]), key_name=opts["api_key_env"]
     )
+    replay = trace_input(opts, prof.serve_args.max_model_len if prof else None)  # no --rate
     concurrency, rate = opts["concurrency"], opts["rate"]
-    if prof and concurrency is None and rate is None:
+    if prof and concurrency is None and rate is None and replay is None:
         concurrency = ",".join(str(c) for c in prof.bench_defaults.concurrency)
-    check_load_options(concurrency, rate, opts["arrival"])
+    if replay is None:
+        check_load_options(concurrency, rate, opts["arrival"])
     kwargs = (
         parse_json_object(opts["chat_template_kwargs"], "--chat-template-kwargs")
         if opts["chat_template_kwargs"]
         else None
     )
-    defaults = (
-        (str(prof.bench_defaults.input_len), str(prof.bench_defaults.output_len))
-        if prof
-        else ("1024", "128")
-    )
-    ilen = parse_length(opts["input_len"] or defaults[0], "--input-len")
-    olen = parse_length(opts["output_len"] or defaults[1], "--output-len")
+    lens = (prof.bench_defaults.input_len, prof.bench_defaults.output_len) if prof else (1024, 128)
+    ilen_text, olen_text = opts["input_len"] or str(lens[0]), opts["output_len"] or str(lens[1])
+    ilen = parse_length(ilen_text, "--input-len")
+    olen = parse_length(olen_text, "--output-len")
     if opts["shared_prefix"] and opts["shared_prefix"] >= ilen.mean // 2:
         raise UsageError(
             f"--shared-prefix {opts['shared_prefix']} leaves too little of --input-len {ilen.mean}",
@@ -65,9 +64,8 @@ def bench_inputs(opts: dict[str, Any]) -> tuple[BenchSpec, list[PointSpec], Prof
         if opts["tools"]
         else ()
     )
-    max_model_len = prof.serve_args.max_model_len if prof else None
-    replay = trace_input(opts, max_model_len)
-    sessions = sessions_input(opts, tools)
+    resolved = {"concurrency": concurrency, "input_len": ilen_text, "output_len": olen_text}
+    sessions = sessions_input(opts | resolved, tools)  # with the profile's defaults
     model = opts["model"] or (prof.serve_args.served_model_name or prof.model.path if prof else "")
     spec = BenchSpec(
         base_url=address.base_url,

@@ -74,8 +74,14 @@ def parse_json_object(text: str, flag: str) -> dict[str, Any]:
     return value
 
 
-MAX_INPUT_BYTES = {"--dataset": 4 * 2**30, "--tools": 16 * 2**20}
-"""The largest file each flag reads (ShareGPT's JSON is about 0.7 GB; a tools file a few kB)."""
+MAX_INPUT_BYTES = {
+    "--dataset": 4 * 2**30,
+    "--tools": 16 * 2**20,
+    "--trace": 4 * 2**30,
+    "--conversations": 4 * 2**30,
+}
+"""The largest file each flag reads (ShareGPT's JSON is about 0.7 GB, a month of a public
+trace a few hundred MB; a tools file a few kB)."""
 
 
 def read_text_option(path: Path, flag: str) -> str:

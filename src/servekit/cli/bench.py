@@ -20,10 +20,11 @@ from servekit.cli._output import (
     stdout_console,
 )
 from servekit.cli._rebuild import rebuild_summary
+from servekit.cli._traffic_options import traffic_options
 from servekit.cli._values import FiniteFloat
 from servekit.errors import UsageError
 from servekit.report.live import LiveProgress
-from servekit.report.tables import points_table
+from servekit.report.tables import summary_tables
 from servekit.results.summary import Summary
 
 
@@ -59,42 +60,7 @@ from servekit.results.summary import Summary
 @click.option("--chat-template-kwargs", help='JSON object, e.g. \'{"thinking_mode": "enabled"}\'.')
 @click.option("--tools", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="A JSON list of OpenAI tool definitions sent with every chat request.")
-@click.option("--conversations", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Multi-turn sessions from a ShareGPT JSON (every turn) or a JSONL file of "
-                   "conversations; --concurrency is then concurrent sessions, --rate sessions/s.")
-@click.option("--turns", type=click.IntRange(min=1),
-              help="Synthetic sessions of N user turns (--input-len new tokens per turn), or "
-                   "the most turns taken from each --conversations session.")
-@click.option("--sessions", "sessions_per_point", type=click.IntRange(min=1),
-              help="Sessions per point (sessions and agent loops) [16].")
-@click.option("--think-time", default="0", show_default=True,
-              help="Seconds before each later turn: S, S:exponential or S:uniform.")
-@click.option("--agent", is_flag=True,
-              help="Agent loops: answer the model's tool calls (--tools) and continue until it "
-                   "answers without one or --agent-turns is reached.")
-@click.option("--agent-turns", type=click.IntRange(min=1), default=8, show_default=True,
-              help="Most model responses in one agent session.")
-@click.option("--tool-latency", default="0.1", show_default=True,
-              help="Seconds the client takes to answer a tool call: S, S:exponential or "
-                   "S:uniform.")
-@click.option("--tool-result", default='{"ok": true}', show_default=True,
-              help="The content of every tool result message.")
-@click.option("--trace", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Replay a timestamped trace: requests sent at its times, lengths as given.")
-@click.option("--trace-format", type=click.Choice(["mooncake", "burstgpt", "azure", "jsonl"]),
-              default="mooncake", show_default=True)
-@click.option("--time-scale", type=FiniteFloat(min=1e-6), default=1.0, show_default=True,
-              help="Multiply the trace's times (0.5 replays it twice as fast).")
-@click.option("--trace-start", type=FiniteFloat(min=0), default=0.0, show_default=True,
-              help="Seconds into the trace where the replay starts.")
-@click.option("--trace-duration", type=FiniteFloat(min=1e-3),
-              help="Seconds of the trace to replay [all].")
-@click.option("--max-requests", type=click.IntRange(min=1), help="Most trace requests to send.")
-@click.option("--trace-block-tokens", type=click.IntRange(min=1), default=512,
-              show_default=True, help="Prompt tokens per Mooncake hash id.")
-@click.option("--max-schedule-lag-ms", type=FiniteFloat(min=0), default=10.0,
-              show_default=True, help="A replay is invalid when its sends' p99 lag behind "
-                   "the trace's times exceeds this.")
+@traffic_options
 @click.option("--slo", help="Goodput objectives, e.g. ttft_ms=500,tpot_ms=50,e2e_s=10.")
 @click.option("--timeout", type=FiniteFloat(min=0.1), default=600.0, show_default=True,
               help="Seconds one request may take before it counts as a timeout.")
@@ -150,4 +116,4 @@ def _show(summary: Summary, as_json: bool) -> None:
         emit_json(summary.as_json())
         return
     title = f"bench {summary.target.url} ({summary.target.model})"
-    stdout_console().print(points_table(summary.points, title=title))
+    stdout_console().print(*summary_tables(summary.points, title=title))

@@ -4,27 +4,27 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
+from typing import Any
 
 import click
 
 from servekit import __version__
 from servekit.bench.store import RUN_FILES, RecordWriter, check_run_dir, write_summary
 from servekit.cli._output import (
-    check_load_options,
     emit_json,
     json_option,
     profiles_dir_option,
     set_option,
     stdout_console,
 )
-from servekit.cli._values import FiniteFloat, parse_numbers
+from servekit.cli._sim_points import sim_points
+from servekit.cli._traffic_options import session_options, trace_options
+from servekit.cli._values import FiniteFloat
 from servekit.cli.sim_fit import fit_command
 from servekit.cli.sim_serve import serve_command
 from servekit.profiles import load_profile
-from servekit.report.tables import points_table
-from servekit.results.summary import Workload
+from servekit.report.tables import summary_tables
 from servekit.sim.build import build_engine
-from servekit.sim.offline import LoadPoint
 from servekit.sim.sweep import simulate_sweep, sweep_summary
 
 
@@ -36,15 +36,23 @@ def sim_group() -> None:
 # fmt: off
 @sim_group.command("run")
 @click.option("--profile", "profile_name", required=True, help="Profile to simulate.")
-@click.option("--concurrency", help="Closed-loop concurrency levels, e.g. 1,4,16,128.")
+@click.option("--concurrency",
+              help="Closed-loop concurrency levels, e.g. 1,4,16,128 (sessions: concurrent "
+                   "sessions).")
 @click.option("--rate",
-              help="Open-loop arrival rates in requests/s, e.g. 0.5,1,2 (inf: all at once).")
+              help="Open-loop arrival rates in requests/s, e.g. 0.5,1,2 (inf: all at once; "
+                   "sessions: session arrivals/s).")
 @click.option("--arrival", default="poisson", show_default=True,
               help="poisson | gamma:SHAPE | constant (with --rate).")
 @click.option("--requests-per-point", type=click.IntRange(min=1), default=256, show_default=True)
-@click.option("--input-len", type=click.IntRange(min=1), help="Prompt tokens [profile's].")
+@click.option("--input-len", type=click.IntRange(min=1),
+              help="Prompt tokens (sessions: new tokens per synthetic turn) [profile's].")
 @click.option("--output-len", type=click.IntRange(min=1), help="Output tokens [profile's].")
 @click.option("--temperature", type=FiniteFloat(min=0), default=0.7, show_default=True)
+@click.option("--tools", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="A JSON list of OpenAI tool definitions (the tools of --agent loops).")
+@session_options
+@trace_options
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Run directory.")
 @click.option("--force", is_flag=True, help="Replace the results of a previous run in --out.")
@@ -52,30 +60,25 @@ def sim_group() -> None:
 @profiles_dir_option
 @json_option
 def run_command(
-    profile_name: str, concurrency: str | None, rate: str | None, arrival: str,
-    requests_per_point: int, input_len: int | None, output_len: int | None,
-    temperature: float, seed: int, out: Path | None, force: bool,
-    overrides: tuple[str, ...], profiles_dirs: tuple[str, ...], as_json: bool,
+    profile_name: str, out: Path | None, force: bool, overrides: tuple[str, ...],
+    profiles_dirs: tuple[str, ...], as_json: bool, **opts: Any,
 ) -> None:
     # fmt: on
-    """Simulate load points offline, far faster than real time."""
-    check_load_options(concurrency, rate, arrival)
+    """Simulate load points offline, far faster than real time.
+
+    Besides fixed-length requests it runs bench's real traffic: a trace replay (--trace),
+    multi-turn sessions (--conversations, --turns) and agent loops (--agent), with the
+    simulated engine's prefix cache.
+    """
     if out is not None:
         check_run_dir(out, RUN_FILES, force=force)  # before the simulation, not after it
     profile = load_profile(profile_name, extra_dirs=profiles_dirs, overrides=overrides)
     sim_input = profile.simulator.input_len if profile.simulator else None
-    ilen = input_len or sim_input or profile.bench_defaults.input_len
-    olen = output_len or profile.bench_defaults.output_len
-    points = [
-        LoadPoint(f"c={int(c)}", requests_per_point, ilen, olen, temperature, concurrency=int(c))
-        for c in parse_numbers(concurrency, int, "--concurrency")
-    ] + [
-        LoadPoint(
-            f"rate={r:g}", requests_per_point, ilen, olen, temperature, rate_rps=r, arrival=arrival
-        )
-        for r in parse_numbers(rate, float, "--rate", allow_inf=True)
-    ]
+    ilen = opts["input_len"] or sim_input or profile.bench_defaults.input_len
+    olen = opts["output_len"] or profile.bench_defaults.output_len
+    points, workload = sim_points(opts, profile, ilen, olen)
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    seed = opts["seed"]
     results = simulate_sweep(lambda s: build_engine(profile, seed=s), points, seed=seed)
     summary = sweep_summary(
         results,
@@ -83,13 +86,7 @@ def run_command(
         model=profile.serve_args.served_model_name,
         version=__version__,
         started_at=started,
-        workload=Workload(
-            input_len=ilen,
-            output_len=olen,
-            temperature=temperature,
-            requests_per_point=requests_per_point,
-            seed=seed,
-        ),
+        workload=workload,
     )
     if out is not None:
         with RecordWriter(out, force=force) as writer:
@@ -100,7 +97,7 @@ def run_command(
     if as_json:
         emit_json(summary.as_json())
     else:
-        stdout_console().print(points_table(summary.points, title=f"simulated {profile.name}"))
+        stdout_console().print(*summary_tables(summary.points, title=f"simulated {profile.name}"))
 
 
 sim_group.add_command(serve_command)

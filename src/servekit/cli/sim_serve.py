@@ -50,6 +50,11 @@ def _json_ready(line: str) -> None:
     metavar="FAULT",
     help=f"Inject a fault (repeatable): {', '.join(ACCEPTED_FORMS)}.",
 )
+@click.option(
+    "--enable-prompt-tokens-details",
+    is_flag=True,
+    help="As vLLM's flag: usage reports prompt_tokens_details.cached_tokens (prefix-cache hits).",
+)
 @set_option
 @profiles_dir_option
 @json_option
@@ -60,6 +65,7 @@ def serve_command(
     time_scale: float,
     seed: int,
     fault_values: tuple[str, ...],
+    enable_prompt_tokens_details: bool,
     overrides: tuple[str, ...],
     profiles_dirs: tuple[str, ...],
     as_json: bool,
@@ -80,4 +86,5 @@ def serve_command(
         faults=faults,
         announce=_json_ready if as_json else _stderr,
         log=_stderr,
+        enable_prompt_tokens_details=enable_prompt_tokens_details,
     )

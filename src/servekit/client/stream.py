@@ -3,11 +3,13 @@
 Chat and completions chunks are read leniently: `delta.reasoning` (or the older
 `delta.reasoning_content`), `delta.content`, `delta.tool_calls` (reassembled by `index`),
 completions' `text`, `finish_reason`, and `usage` (per chunk with vLLM's
-`continuous_usage_stats`, or once at the end). Nothing here raises on a bad stream: every
+`continuous_usage_stats`, or once at the end) with `prompt_tokens_details.cached_tokens`
+(vLLM with `--enable-prompt-tokens-details`). Nothing here raises on a bad stream: every
 problem is classified into `error_kind`. Usage is checked, not taken at face value: a count
 that is not a non-negative integer (a boolean, a float, -8), a completion count that falls
 from chunk to chunk, exceeds the request's `max_tokens` or is below the number of chunks
-that carried text is `invalid_usage`; data after `[DONE]` is a `malformed_chunk`.
+that carried text, and a cached count above the prompt count, are `invalid_usage`; data
+after `[DONE]` is a `malformed_chunk`.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ class StreamResult:
     finish_reason: str | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    cached_tokens: int | None = None  # usage prompt_tokens_details.cached_tokens
     reasoning_tokens: int = 0
     done: bool = False
     error_kind: str | None = None
@@ -118,6 +121,9 @@ class StreamReader:
                 prompt = self._count(usage, "prompt_tokens", MAX_USAGE_TOKENS)
             if prompt is not None:
                 r.prompt_tokens = prompt
+            details = usage.get("prompt_tokens_details")
+            if details is not None:
+                self._cached(details)
             limit = self._completion_limit
             completion = usage.get("completion_tokens")
             if type(completion) is not int or not 0 <= completion <= limit:
@@ -141,6 +147,17 @@ class StreamReader:
                 self._text_chunks += 1
             r.chunk_ns.append(arrival_ns)
             self._usage.append(usage_tokens)
+
+    def _cached(self, details: Any) -> None:
+        """`prompt_tokens_details.cached_tokens`: a count no larger than the prompt."""
+        r = self.result
+        if not isinstance(details, dict):
+            self._fail(INVALID_USAGE, "usage prompt_tokens_details is not an object")
+            return
+        limit = MAX_USAGE_TOKENS if r.prompt_tokens is None else r.prompt_tokens
+        cached = self._count(details, "cached_tokens", limit)
+        if cached is not None:
+            r.cached_tokens = cached
 
     def _count(self, usage: dict[str, Any], name: str, limit: int) -> int | None:
         """A usage count when it is a plausible one; else None, and the stream is invalid."""
@@ -227,6 +244,7 @@ class StreamReader:
             self._fail(INVALID_USAGE, f"usage counts {r.completion_tokens} completion tokens "
                        f"but {self._text_chunks} chunks carried text")  # fmt: skip
         if r.error_kind == INVALID_USAGE:
+            r.cached_tokens = None
             r.completion_tokens = None  # not believed: one token per chunk below
             self._usage = [None] * n
         if n:

@@ -14,8 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servekit import __version__
-from servekit.analyze.compare import compare_runs, speculation_facts
-from servekit.analyze.point_columns import point_headers, point_rows, report_load
+from servekit.analyze.compare import TRAFFIC_METRICS, compare_runs, speculation_facts
+from servekit.analyze.point_columns import (
+    point_headers,
+    point_rows,
+    report_load,
+    traffic_headers,
+    traffic_rows,
+)
 from servekit.analyze.summarize import samples
 from servekit.bench.store import (
     RECORDS_FILE,
@@ -32,6 +38,12 @@ from servekit.render.argv import environment, vllm_serve_command
 from servekit.render.shell import quote_words
 from servekit.report import plots
 from servekit.report.document import Figure, Section, Table, render_html, render_markdown
+from servekit.report.traffic_view import (
+    prefix_cache_section,
+    schedule_section,
+    sessions_section,
+    turn_lines,
+)
 from servekit.results.summary import Summary, SummaryPoint
 from servekit.results.validate import ValidateDocument
 
@@ -96,6 +108,36 @@ def points_table(run: Run) -> Table:
     """The deployment's table (concurrency, tok/s, mean latency) plus the other columns."""
     points = run.summary.points
     return Table(f"{run.label}: per load", point_headers("report"), point_rows(points, "report"))
+
+
+def traffic_table(run: Run) -> Table | None:
+    """The run's traffic figures per load, when some point has any."""
+    points = run.summary.points
+    header = traffic_headers(points)
+    if not header:
+        return None
+    return Table(f"{run.label}: traffic per load", header, traffic_rows(points))
+
+
+def traffic_sections(runs: list[Run]) -> list[Section]:
+    """Prefix cache, sessions and agent loops, schedule: each when some run has it."""
+    labelled = [(r.label, r.summary) for r in runs]
+    found = (prefix_cache_section(labelled), sessions_section(labelled),
+             schedule_section(labelled))  # fmt: skip
+    return [s for s in found if s is not None]
+
+
+def turn_figure(runs: list[Run]) -> Figure | None:
+    """Mean TTFT by turn index, each run one colour; None without sessions."""
+    lines = turn_lines([(r.label, r.summary) for r in runs])
+    if not lines:
+        return None
+    return Figure(
+        "ttft_by_turn",
+        "TTFT by turn index",
+        plots.by_run(lines, title="Mean TTFT by turn", xlabel="turn", ylabel="ms"),
+        "mean time to first token of each turn index across a point's sessions",
+    )
 
 
 def provenance(run: Run) -> Section:
@@ -303,7 +345,18 @@ def compare_section(a: Run, b: Run, per_stream_target: float | None) -> Section:
         ["load", "output tok/s", "mean latency", "p99 latency", "mean TTFT", "per-stream"],
         rows,
     )
-    return Section("A/B comparison", paragraphs, [table], figures=[figure])
+    tables = [table]
+    traffic = [
+        [row.load, name, _num(t.a, 4), _num(t.b, 4),
+         "n/a" if t.delta_pct is None else f"{t.delta_pct:+.1f}% ({t.verdict})"]
+        for row in doc.points
+        for name, _, _ in TRAFFIC_METRICS
+        if (t := row.deltas.get(name)) is not None
+    ]  # fmt: skip
+    if traffic:
+        tables.append(Table("traffic figures, A and B", ["load", "figure", "A", "B", "change"],
+                            traffic))  # fmt: skip
+    return Section("A/B comparison", paragraphs, tables, figures=[figure])
 
 
 def validate_section(doc: ValidateDocument) -> Section:
@@ -341,14 +394,20 @@ def write_report(
             ),
             None,
         )
-    sections = [Section("Runs", tables=[points_table(r) for r in runs])]
+    tables = [points_table(r) for r in runs]
+    tables += [t for r in runs if (t := traffic_table(r)) is not None]
+    sections = [Section("Runs", tables=tables)]
     if compare is not None:
         a, b = (by_path.get(p.resolve()) or load_run(p, warn=warn) for p in compare)
         sections.append(compare_section(a, b, per_stream_target))
     validate_doc = _find_validate(paths, validate)
     if validate_doc is not None:
         sections.append(validate_section(validate_doc))
-    sections.append(Section("Plots", figures=run_figures(runs, per_stream_target)))
+    sections += traffic_sections(runs)
+    figures = run_figures(runs, per_stream_target)
+    if (by_turn := turn_figure(runs)) is not None:
+        figures.append(by_turn)
+    sections.append(Section("Plots", figures=figures))
     sections += [provenance(r) for r in runs]
     stamp = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     title = f"servekit report: {', '.join(r.label for r in runs)} ({stamp}, servekit {__version__})"

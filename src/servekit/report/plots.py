@@ -10,6 +10,7 @@ import io
 from collections.abc import Sequence
 
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 Series = tuple[str, Sequence[float], Sequence[float]]  # label, x, y
 Panel = tuple[str, Sequence[float], Sequence[float], Sequence[float], Sequence[float]]
@@ -85,4 +86,27 @@ def over_time(panels: Sequence[Panel], *, title: str) -> bytes:
         ax.grid(True, alpha=0.3)
     axes[0].set_title(title)
     axes[-1].set_xlabel("seconds into the point (KV % purple; running blue, waiting orange)")
+    return _png(fig)
+
+
+RunLines = tuple[str, Sequence[Series]]  # a run's label, and one series per load point
+
+
+def by_run(runs: Sequence[RunLines], *, title: str, xlabel: str, ylabel: str) -> bytes:
+    """Lines of y against x on linear axes, one colour per run (its points differ by line
+    style), e.g. mean TTFT by turn index."""
+    fig = Figure(figsize=SIZE)
+    ax = fig.subplots()
+    styles = ("-", "--", ":", "-.")
+    for index, (run, series) in enumerate(runs):
+        colour = f"C{index % 10}"
+        for number, (label, xs, ys) in enumerate(series):
+            ax.plot(list(xs), list(ys), marker="o", color=colour,
+                    linestyle=styles[number % len(styles)], label=f"{run} {label}")  # fmt: skip
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small")
     return _png(fig)

@@ -10,8 +10,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from servekit.analyze.point_columns import point_headers, point_rows
-from servekit.results.compare import CompareRow
+from servekit.analyze.point_columns import point_headers, point_rows, traffic_headers, traffic_rows
+from servekit.results.compare import CompareRow, DeltaBlock
 from servekit.results.summary import SummaryPoint
 from servekit.results.validate import CheckBlock
 
@@ -22,6 +22,18 @@ def points_table(points: Sequence[SummaryPoint], *, title: str) -> Table:
     for row in point_rows(points, "terminal"):
         table.add_row(*row)
     return table
+
+
+def summary_tables(points: Sequence[SummaryPoint], *, title: str) -> list[Table]:
+    """The points table, then (when a point has them) the traffic figures: prefix-cache
+    hit rates, per-turn TTFT, sessions, tool calls and schedule lag."""
+    tables = [points_table(points, title=title)]
+    if headers := traffic_headers(points):
+        traffic = Table(*headers, title="traffic", title_justify="left")
+        for row in traffic_rows(points):
+            traffic.add_row(*row)
+        tables.append(traffic)
+    return tables
 
 
 # (JSON key, column heading, format of the figure)
@@ -103,6 +115,11 @@ def compare_table(rows: Sequence[CompareRow], *, title: str) -> Table:
     notes = [f"{row.load}: {row.excluded}" for row in rows if row.excluded is not None]
     if notes:
         table.caption = escape("* not used for advice: " + "; ".join(notes))
+    traffic = [
+        (label, key) for label, key in _TRAFFIC_COLUMNS if any(key in row.deltas for row in rows)
+    ]
+    for label, _ in traffic:
+        table.add_column(label + " A -> B", justify="right")
     for row in rows:
         cells: list[Text | str] = [row.load + ("*" if row.excluded is not None else "")]
         for _, key in _COMPARE_COLUMNS:
@@ -112,5 +129,30 @@ def compare_table(rows: Sequence[CompareRow], *, title: str) -> Table:
                 continue
             style = _VERDICT_STYLE.get(d.verdict, "")
             cells.append(Text(f"{d.delta_pct:+.1f}%", style=style))
+        for _, key in traffic:
+            cells.append(_side_by_side(row.deltas.get(key)))
         table.add_row(*cells)
     return table
+
+
+# The traffic figures compare shows side by side where either run has them.
+_TRAFFIC_COLUMNS = (
+    ("server hit", "prefix_cache.server_hit_rate"),
+    ("client cached", "prefix_cache.client_hit_rate"),
+    ("turn 1 TTFT", "turns.first.ttft_ms.mean"),
+    ("last turn TTFT", "turns.last.ttft_ms.mean"),
+    ("completed", "sessions.completed_fraction"),
+    ("invalid args", "sessions.tool_args_invalid_rate"),
+    ("lag p99 ms", "schedule.lag_ms.p99"),
+)
+
+
+def _side_by_side(d: DeltaBlock | None) -> Text | str:
+    """A traffic figure of both runs, `A -> B`, coloured by B's verdict."""
+    if d is None:
+        return "-"
+
+    def shown(value: float | None) -> str:
+        return "-" if value is None else f"{value:.4g}"
+
+    return Text(f"{shown(d.a)} -> {shown(d.b)}", style=_VERDICT_STYLE.get(d.verdict, ""))

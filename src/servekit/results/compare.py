@@ -23,8 +23,8 @@ class CompareRow(Document):
     """One load present in both runs, with every metric's delta (keyed `metric[.stat]`)."""
 
     load: str
-    load_kind: Literal["concurrency", "rate_rps"]
-    load_value: RateOrInf
+    load_kind: Literal["concurrency", "rate_rps", "trace"]
+    load_value: RateOrInf  # trace (a replay's point): the requests A's replay planned
     deltas: dict[str, DeltaBlock]
     # why this load cannot support advice (requests failed, timing not valid), else None
     excluded: str | None = None

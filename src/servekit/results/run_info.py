@@ -28,6 +28,9 @@ class PlannedPoint(Document):
     finished: bool = False
     server: ServerBlock | None = None
     client: ClientBlock | None = None
+    # a point sent at explicit offsets (a trace replay): the sends planned, the p99 lag bound
+    schedule_planned: int | None = None
+    max_schedule_lag_ms: float | None = None
 
 
 class RunInfo(Document):

@@ -64,6 +64,9 @@ class ServerBlock(Document):
     running_max: int | None = None
     waiting_max: int | None = None
     generation_tokens: int | None = None
+    # prefix-cache counter deltas, in tokens (vllm:prefix_cache_queries / _hits)
+    prefix_cache_queries: int | None = None
+    prefix_cache_hits: int | None = None
     # [seconds since the point started, KV usage, running, waiting]
     samples: list[list[float | int]] | None = None
 

@@ -29,7 +29,10 @@ class SimRequest:
     `token_ids` (the prompt's ids, `prompt_tokens` of them) makes the request take part in
     prefix caching; `output_ids` yields the ids of its output in order, so full blocks of
     output are cached too (a later turn re-sending this answer hits them). The engine
-    reads output ids only up to the tokens generated so far.
+    reads output ids only up to the tokens generated so far. `hit_tokens` is the prompt
+    prefix the cache granted at the request's first admission (vLLM's `num_cached_tokens`,
+    reported as usage `prompt_tokens_details.cached_tokens`); None until it is admitted or
+    when it takes no part in prefix caching.
     """
 
     id: str
@@ -45,6 +48,7 @@ class SimRequest:
     output_ids: Iterator[int] | None = None
     cached: list[CachedBlock] | None = None  # held blocks with a hash, the first ones
     block_hashes: list[int] | None = None  # hashes of the full blocks known so far
+    hit_tokens: int | None = None
 
     @property
     def prefilling(self) -> bool:

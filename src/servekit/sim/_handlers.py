@@ -98,9 +98,16 @@ class SimServer:
         faults: Faults,
         log: Log,
         shutdown_grace_s: float = SHUTDOWN_GRACE_S,
+        enable_prompt_tokens_details: bool = False,
     ) -> None:
         self.profile = profile
         self.engine = build_engine(profile, seed=seed)
+        # vLLM's --enable-prompt-tokens-details: usage reports the prefix cache's hits
+        self.details_block = (
+            (self.engine.model.block_size if self.engine.pool.caching else 0)
+            if enable_prompt_tokens_details
+            else None
+        )
         self.model_name = profile.serve_args.served_model_name or profile.model.path
         self.max_model_len = self.engine.model.max_model_len
         self.metrics = ServerMetrics(self.engine, self.model_name)
@@ -308,7 +315,7 @@ class SimServer:
             output_ids=iter_answer_token_ids(answer),
         )
         try:
-            reply = Reply(self.model_name, prompt_tokens, answer, chat)
+            reply = Reply(self.model_name, prompt_tokens, answer, chat, self.details_block)
             if req.stream:
                 cut_at = self._cut_point(answer.tokens)
                 return await stream_reply(request, reply, ticket, req.stream_options, cut_at)

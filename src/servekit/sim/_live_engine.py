@@ -71,6 +71,7 @@ class Ticket:
     last_sim_s: float | None = None
     corrupted: bool = False
     completed: bool = False  # the whole answer reached the client
+    request: SimRequest | None = None  # the engine's view of it (its prefix-cache hit)
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,17 +173,11 @@ class LiveEngine:
         Raises:
             SimulationError: the request does not fit in max_model_len.
         """
-        self.engine.add(
-            SimRequest(
-                rid,
-                prompt_tokens,
-                max_tokens,
-                temperature,
-                token_ids=token_ids,
-                output_ids=output_ids,
-            )
+        request = SimRequest(
+            rid, prompt_tokens, max_tokens, temperature, token_ids=token_ids, output_ids=output_ids
         )
-        ticket = Ticket(rid, asyncio.Queue(), self.sim_now_s())
+        self.engine.add(request)
+        ticket = Ticket(rid, asyncio.Queue(), self.sim_now_s(), request=request)
         self._tickets[rid] = ticket
         self._wake.set()
         return ticket

@@ -233,13 +233,29 @@ def context_length_message(max_model_len: int, prompt_tokens: int, max_tokens: i
     )
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, JsonValue]:
-    """A usage object."""
-    return {
+def usage(
+    prompt_tokens: int,
+    completion_tokens: int,
+    prompt_details: dict[str, JsonValue] | None = None,
+) -> dict[str, JsonValue]:
+    """A usage object; `prompt_details` becomes its `prompt_tokens_details`."""
+    doc: dict[str, JsonValue] = {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
     }
+    if prompt_details is not None:
+        doc["prompt_tokens_details"] = prompt_details
+    return doc
+
+
+def prompt_tokens_details(cached: int, created: int, *, chat: bool) -> dict[str, JsonValue]:
+    """`usage.prompt_tokens_details` as vLLM 0.32 writes it with
+    --enable-prompt-tokens-details: the prompt tokens its prefix cache served, and for chat
+    also the prompt tokens it wrote to the cache (and no multimodal tokens)."""
+    if not chat:
+        return {"cached_tokens": cached}
+    return {"cached_tokens": cached, "created_cache_tokens": created, "multimodal_tokens": None}
 
 
 def chat_delta(

@@ -107,6 +107,21 @@ class Reply:
     prompt_tokens: int
     answer: Answer
     chat: bool
+    # --enable-prompt-tokens-details: the engine's KV block size when its prefix cache is
+    # on, 0 when it is off; None without the flag (no prompt_tokens_details then)
+    details_block: int | None = None
+
+    def prompt_details(self, ticket: Ticket) -> dict[str, JsonValue] | None:
+        """The final usage's `prompt_tokens_details` for the ticket's (admitted) request:
+        the prompt tokens its prefix cache served at admission, and those it then wrote
+        (the prompt's full blocks past the hit), as vLLM reports them."""
+        block = self.details_block
+        if block is None:
+            return None
+        request = ticket.request
+        hit = request.hit_tokens if request is not None and request.hit_tokens else 0
+        created = max(0, self.prompt_tokens // block * block - hit) if block else 0
+        return wire.prompt_tokens_details(hit, created, chat=self.chat)
 
 
 def _abort(request: web.Request) -> None:
@@ -118,9 +133,10 @@ def _abort(request: web.Request) -> None:
 class _Chunks:
     """Builds the streamed chunks of one reply (chat or completions)."""
 
-    def __init__(self, reply: Reply, rid: str, continuous_usage: bool) -> None:
+    def __init__(self, reply: Reply, ticket: Ticket, continuous_usage: bool) -> None:
         self.reply = reply
-        self.rid = rid
+        self.ticket = ticket
+        self.rid = ticket.id
         self.created = int(time.time())
         self.call_id = f"chatcmpl-tool-{uuid.uuid4().hex[:24]}"
         self.continuous_usage = continuous_usage
@@ -156,7 +172,7 @@ class _Chunks:
         """The usage-only chunk after the last step (empty choices)."""
         r = self.reply
         make = wire.chat_chunk if r.chat else wire.completion_chunk
-        total = wire.usage(r.prompt_tokens, done)
+        total = wire.usage(r.prompt_tokens, done, r.prompt_details(self.ticket))
         return wire.sse(make(self.rid, self.created, r.model, None, usage_doc=total))
 
 
@@ -175,7 +191,7 @@ async def stream_reply(
     the engine crashes or at `cut_at` tokens.
     """
     include_usage, continuous_usage = wire.usage_flags(options)
-    chunks = _Chunks(reply, ticket.id, continuous_usage)
+    chunks = _Chunks(reply, ticket, continuous_usage)
     response = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
     )
@@ -224,7 +240,7 @@ async def whole_reply(reply: Reply, ticket: Ticket) -> web.StreamResponse:
         if item.finished:
             break
     joined = {kind: "".join(parts) for kind, parts in texts.items()}
-    usage_doc = wire.usage(prompt_tokens, reader.delivered)
+    usage_doc = wire.usage(prompt_tokens, reader.delivered, reply.prompt_details(ticket))
     created = int(time.time())
     if chat:
         body = wire.chat_completion(

@@ -187,6 +187,8 @@ class Engine:
         else:
             stats.prefix_cache_queries += known
             stats.prefix_cache_hits += hit_tokens
+        if request.hit_tokens is None:  # vLLM keeps the first admission's figure
+            request.hit_tokens = hit_tokens
         granted = self._grow(request, tokens)
         assert granted, "admission checked the free blocks"
         return tokens

@@ -4,6 +4,8 @@ Produces the same `RequestRecord`s a real load test writes, with nanosecond time
 virtual clock, far faster than real time. A closed loop keeps `concurrency` requests in
 flight and sends the next one the moment one finishes; an open loop sends requests at the
 arrival times of `servekit.workload.synthetic` (Poisson, gamma or constant), as bench does.
+The loop is driven by a point's `Traffic`: the fixed-length requests of a `LoadPoint`, or a
+trace replay, sessions or agent loops (`servekit.sim.traffic`).
 """
 
 from __future__ import annotations
@@ -12,10 +14,12 @@ import bisect
 import itertools
 import random
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from servekit.errors import SimulationError
 from servekit.records import RequestRecord
 from servekit.sim.engine import Engine, SimRequest
+from servekit.sim.traffic import SessionsPoint, SessionsTraffic, TracePoint, TraceTraffic
 from servekit.workload.synthetic import arrival_offsets
 
 NS = 1_000_000_000
@@ -81,22 +85,105 @@ class _Open:
     sent_ns: int
     chunks_ns: list[int]
     chunk_tokens: list[int]
+    key: int
+    request: SimRequest
+
+
+class Traffic(Protocol):
+    """What a load point sends: requests that arrive at planned times, and the requests that
+    a finished one releases (a closed loop's next request, a session's next turn).
+
+    Keys are the traffic's own handles for its planned requests. A `refusable` traffic's
+    requests that the engine refuses (longer than max_model_len) end at once as failures;
+    otherwise the refusal is raised.
+    """
+
+    refusable: bool
+    # True: a request's send is its arrival time (the client sends then; the engine takes it
+    # at its next step), so TTFT includes the wait for the step in flight, as a live client
+    # measures it. False: the send is when the engine next looks (the fixed-length open
+    # loop's convention, kept so its records stay as they were).
+    sends_at_arrival: bool
+
+    def start(self, start_ns: int, rng: random.Random) -> list[tuple[int, int]]:
+        """The first arrivals: (virtual time in ns, key), in time order."""
+        ...
+
+    def request(self, rid: str, key: int) -> SimRequest:
+        """The engine request for an arrival, made when it is sent."""
+        ...
+
+    def finished(
+        self, key: int, request: SimRequest, now_ns: int, error: str | None
+    ) -> tuple[dict[str, Any], list[tuple[int, int]]]:
+        """A request ended at `now_ns` (or was refused with `error`, the engine's message):
+        its record's fields beyond the timeline, and the arrivals it releases (those due by
+        `now_ns` are sent at once, in order)."""
+        ...
+
+
+class _FixedTraffic:
+    """A `LoadPoint`'s fixed-length requests: a closed loop or an open loop's arrivals."""
+
+    refusable = False
+    sends_at_arrival = False
+
+    def __init__(self, point: LoadPoint) -> None:
+        self.point = point
+        self.issued = 0
+        self.fields: dict[str, Any] = {"prompt_tokens": point.input_len, "finish_reason": "length"}
+
+    def start(self, start_ns: int, rng: random.Random) -> list[tuple[int, int]]:
+        point = self.point
+        if point.concurrency is not None:
+            return [(start_ns, 0)] * min(point.concurrency, point.requests)
+        assert point.rate_rps is not None
+        offsets = arrival_offsets(point.arrival, point.rate_rps, point.requests, rng)
+        return [(start_ns + int(offset * NS), 0) for offset in offsets]
+
+    def request(self, rid: str, key: int) -> SimRequest:
+        point = self.point
+        self.issued += 1
+        return SimRequest(rid, point.input_len, point.output_len, point.temperature)
+
+    def finished(
+        self, key: int, request: SimRequest, now_ns: int, error: str | None
+    ) -> tuple[dict[str, Any], list[tuple[int, int]]]:
+        point = self.point
+        more = point.concurrency is not None and self.issued < point.requests
+        return self.fields, [(now_ns, 0)] if more else []
+
+
+AnyPoint = LoadPoint | TracePoint | SessionsPoint
+"""A load point of fixed-length requests, a trace replay, or sessions."""
 
 
 def run_point(
-    engine: Engine, point: LoadPoint, rng: random.Random, *, start_ns: int = 0
+    engine: Engine, point: AnyPoint, rng: random.Random, *, start_ns: int = 0
 ) -> PointRun:
     """Run one load point to completion on an engine.
 
     Records come in completion order, as a live run would append them.
     """
-    if point.concurrency is not None:
-        arrivals = [start_ns] * min(point.concurrency, point.requests)
+    traffic: Traffic
+    if isinstance(point, LoadPoint):
+        traffic = _FixedTraffic(point)
+    elif isinstance(point, TracePoint):
+        traffic = TraceTraffic(point)
     else:
-        assert point.rate_rps is not None
-        offsets = arrival_offsets(point.arrival, point.rate_rps, point.requests, rng)
-        arrivals = [start_ns + int(offset * NS) for offset in offsets]
-    pending = list(reversed(arrivals))  # pop() gives the earliest
+        traffic = SessionsTraffic(point)
+    return run_traffic(engine, traffic, point.label, rng, start_ns=start_ns)
+
+
+def run_traffic(
+    engine: Engine, traffic: Traffic, label: str, rng: random.Random, *, start_ns: int = 0
+) -> PointRun:
+    """Run a point's traffic to completion on an engine; records in completion order."""
+    # Arrivals still to send, latest first (pop() gives the earliest; ties in arrival order).
+    pending = [(at, seq, key) for seq, (at, key) in enumerate(traffic.start(start_ns, rng))]
+    pending.reverse()
+    seq = len(pending)
+    at_arrival = traffic.sends_at_arrival
     issued = 0
     now = start_ns
     open_: dict[str, _Open] = {}
@@ -107,20 +194,29 @@ def run_point(
     next_sample = start_ns
     clock = start_ns  # a window's look-ahead of `now`, for arrivals
 
-    def send(at_ns: int, scheduled_ns: int) -> None:
+    def send(at_ns: int, scheduled_ns: int, key: int) -> None:
         nonlocal issued
-        rid = f"{point.label}-{issued}"
+        rid = f"{label}-{issued}"
         issued += 1
-        engine.add(SimRequest(rid, point.input_len, point.output_len, point.temperature))
-        open_[rid] = _Open(scheduled_ns, at_ns, [], [])
+        request = traffic.request(rid, key)
+        open_[rid] = _Open(scheduled_ns, at_ns, [], [], key, request)
+        if traffic.refusable:
+            try:
+                engine.add(request)
+            except SimulationError as exc:  # too long for the model: a live server's 400
+                finish(rid, exc.message)
+        else:
+            engine.add(request)
 
-    def finish(rid: str) -> None:
+    def finish(rid: str, error: str | None = None) -> None:
+        nonlocal seq
         state = open_.pop(rid)
         first = state.chunks_ns[0] if state.chunks_ns else None
+        fields, released = traffic.finished(state.key, state.request, now, error)
         records.append(
             RequestRecord(
                 id=rid,
-                point=point.label,
+                point=label,
                 scheduled_ns=state.scheduled_ns,
                 sent_ns=state.sent_ns,
                 first_token_ns=first,
@@ -128,26 +224,31 @@ def run_point(
                 end_ns=now,
                 chunk_ns=tuple(state.chunks_ns),
                 chunk_tokens=tuple(state.chunk_tokens),
-                prompt_tokens=point.input_len,
                 output_tokens=sum(state.chunk_tokens),
-                finish_reason="length",
+                **fields,
             )
         )
-        if point.concurrency is not None and issued < point.requests:
-            send(now, now)
+        for at, key in released:
+            if at <= now:
+                send(now, now, key)
+            else:
+                bisect.insort(pending, (at, seq, key), key=_latest_first)
+                seq += 1
 
     def arrival_due(duration_s: float) -> bool:
         """Advance a copy of the clock by one step; true once the next arrival is due."""
         nonlocal clock
         clock += max(1, round(duration_s * NS))
-        return pending[-1] <= clock
+        return pending[-1][0] <= clock
 
     while pending or not engine.idle:
-        while pending and pending[-1] <= now:
-            at = pending.pop()
-            send(now, at)
+        while pending and pending[-1][0] <= now:
+            at, _, key = pending.pop()
+            send(at if at_arrival else now, at, key)
         if engine.idle:
-            now = max(now, pending[-1])
+            if not pending:  # the last sends were refused
+                break
+            now = max(now, pending[-1][0])
             continue
         running_max = max(running_max, len(engine.running))
         clock = now
@@ -193,3 +294,7 @@ def run_point(
         for rid in result.finished:
             finish(rid)
     return PointRun(records, now, running_max, waiting_max, kv_max, tuple(samples))
+
+
+def _latest_first(entry: tuple[int, int, int]) -> tuple[int, int]:
+    return (-entry[0], -entry[1])

@@ -49,6 +49,7 @@ def make_app(
     faults: Faults | None = None,
     log: Log = log_to_stderr,
     shutdown_grace_s: float = SHUTDOWN_GRACE_S,
+    enable_prompt_tokens_details: bool = False,
 ) -> web.Application:
     """Build the simulated server's aiohttp application (serve it with `make_runner`).
 
@@ -59,6 +60,8 @@ def make_app(
         faults: faults to inject; `slow-start` here gives only the /health 503 phase.
         log: where server log lines go (stderr by default).
         shutdown_grace_s: on shutdown, seconds in-flight requests get before they are cut.
+        enable_prompt_tokens_details: as vLLM's flag, report usage
+            `prompt_tokens_details` (the prompt tokens the prefix cache served).
 
     Raises:
         SimulationError: time_scale is not positive, or the profile cannot be simulated.
@@ -68,6 +71,7 @@ def make_app(
     server = SimServer(
         profile, seed=seed, time_scale=time_scale, faults=faults or Faults(), log=log,
         shutdown_grace_s=shutdown_grace_s,
+        enable_prompt_tokens_details=enable_prompt_tokens_details,
     )  # fmt: skip
     app = web.Application(
         middlewares=[stamp_arrival, server.tracked, server.errors, yield_to_engine(server.live)],
@@ -141,6 +145,7 @@ async def serve_async(
     faults: Faults | None = None,
     announce: Callable[[str], None] = log_to_stderr,
     log: Log = log_to_stderr,
+    enable_prompt_tokens_details: bool = False,
 ) -> None:
     """Serve a simulated deployment until `stop` is set.
 
@@ -161,6 +166,7 @@ async def serve_async(
         faults: faults to inject.
         announce: receives `servekit sim: serving <profile> on <url>` once listening.
         log: receives server log lines.
+        enable_prompt_tokens_details: report usage `prompt_tokens_details` (vLLM's flag).
 
     Raises:
         SimulationError: the engine "ran out of memory", the port cannot be bound, or the
@@ -186,7 +192,10 @@ async def serve_async(
             "the simulated engine ran out of GPU memory while loading (--fault oom-at-startup)",
             fix="drop --fault oom-at-startup",
         )
-    app = make_app(profile, seed=seed, time_scale=time_scale, faults=faults, log=log)
+    app = make_app(
+        profile, seed=seed, time_scale=time_scale, faults=faults, log=log,
+        enable_prompt_tokens_details=enable_prompt_tokens_details,
+    )  # fmt: skip
     for line in loaded_lines(facts, load_s=loop.time() - began):
         log(line)
     runner = make_runner(app)
@@ -218,6 +227,7 @@ def serve(
     faults: Faults | None = None,
     announce: Callable[[str], None] = log_to_stderr,
     log: Log = log_to_stderr,
+    enable_prompt_tokens_details: bool = False,
 ) -> None:
     """Serve a simulated deployment until SIGINT or SIGTERM (see `serve_async`).
 
@@ -233,6 +243,7 @@ def serve(
         await serve_async(
             profile, stop=stop, host=host, port=port, seed=seed, time_scale=time_scale,
             faults=faults, announce=announce, log=log,
+            enable_prompt_tokens_details=enable_prompt_tokens_details,
         )  # fmt: skip
 
     asyncio.run(main())

@@ -1,8 +1,8 @@
 """A simulated sweep (core): run load points on fresh engines and report server counters.
 
 Each point runs on a fresh engine (as a load test against a freshly started server would
-see a warm but empty engine), seeded from the sweep seed and the point's index, so the
-same seed gives the same records whatever else ran before.
+see a warm but empty engine, its prefix cache empty too), seeded from the sweep seed and
+the point's index, so the same seed gives the same records whatever else ran before.
 """
 
 from __future__ import annotations
@@ -12,16 +12,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from servekit.analyze.summarize import point_metrics, point_to_json, summary_document
+from servekit.analyze.traffic import ScheduleBound, traffic_blocks, with_traffic
 from servekit.results.summary import ServerBlock, Summary, Target, Workload
 from servekit.sim.engine import Engine, EngineStats
-from servekit.sim.offline import LoadPoint, PointRun, run_point
+from servekit.sim.offline import AnyPoint, LoadPoint, PointRun, run_point
+from servekit.sim.traffic import SessionsPoint, TracePoint
+
+DEFAULT_MAX_SCHEDULE_LAG_MS = 10.0  # bench's --max-schedule-lag-ms default
 
 
 @dataclass(frozen=True, slots=True)
 class SimPointResult:
     """One simulated point: its run and the engine's counters over it."""
 
-    point: LoadPoint
+    point: AnyPoint
     run: PointRun
     stats: EngineStats
 
@@ -39,12 +43,16 @@ class SimPointResult:
             if s.drafts
             else None,
             generation_tokens=s.generation_tokens,
+            # as vllm:prefix_cache_queries / _hits count them; a point whose requests carry
+            # no token ids (fixed-length synthetic load) looks nothing up and shows none
+            prefix_cache_queries=s.prefix_cache_queries if s.prefix_cache_queries else None,
+            prefix_cache_hits=s.prefix_cache_hits if s.prefix_cache_queries else None,
             samples=[list(sample) for sample in self.run.samples],
         )
 
 
 def simulate_sweep(
-    new_engine: Callable[[int], Engine], points: Sequence[LoadPoint], *, seed: int
+    new_engine: Callable[[int], Engine], points: Sequence[AnyPoint], *, seed: int
 ) -> list[SimPointResult]:
     """Run every point on a fresh engine built by `new_engine(point_seed)`."""
     results = []
@@ -64,17 +72,33 @@ def sweep_summary(
     version: str,
     started_at: str,
     workload: Workload,
+    max_schedule_lag_ms: float = DEFAULT_MAX_SCHEDULE_LAG_MS,
 ) -> Summary:
-    """The summary.json document of a simulated sweep (same shape as a real run's)."""
-    points = [
-        point_to_json(
-            point_metrics(r.run.records),
-            concurrency=r.point.concurrency,
-            rate_rps=r.point.rate_rps,
-            server=r.server_json(),
+    """The summary.json document of a simulated sweep (same shape as a real run's, with
+    the traffic blocks of `analyze.traffic`: prefix cache, turns, sessions, schedule)."""
+    points = []
+    for r in results:
+        metrics = point_metrics(r.run.records)
+        server = r.server_json()
+        point = point_to_json(
+            metrics, concurrency=r.point.concurrency, rate_rps=r.point.rate_rps, server=server
         )
-        for r in results
-    ]
+        if isinstance(r.point, LoadPoint):  # fixed-length requests: no traffic blocks
+            points.append(point)
+            continue
+        replay = isinstance(r.point, TracePoint)
+        blocks = traffic_blocks(
+            r.run.records,
+            server,
+            duration_s=metrics.duration_s,
+            agent=r.point.spec.agent is not None if isinstance(r.point, SessionsPoint) else None,
+            # every send is on time on the virtual clock; the bound is bench's default
+            schedule=ScheduleBound(len(r.run.records), max_schedule_lag_ms) if replay else None,
+            implied_hit_rate=workload.trace.implied_hit_rate
+            if replay and workload.trace is not None
+            else None,
+        )
+        points.append(with_traffic(point, blocks))
     return summary_document(
         servekit_version=version,
         started_at=started_at,

@@ -372,6 +372,14 @@ def iter_answer_token_ids(answer: Answer, *, chunk: int = 256) -> Iterator[int]:
                 yield ident
 
 
+def tool_call_pieces(tool: ToolSpec, seed: int) -> tuple[str, ...]:
+    """The token pieces of the arguments the simulated model writes for a call to `tool`
+    (JSON valid against its parameters schema), for an answer seeded by `seed`."""
+    rng = random.Random(stable_seed("tool", tool.name, str(seed)))
+    args = arguments_for(tool.parameters, rng, cities=_CITIES)
+    return tuple(split_pieces(json.dumps(args, ensure_ascii=False)))
+
+
 def plan_answer(request: AnswerRequest) -> Answer:
     """Plan the answer to a request (its lengths and seeds; text comes from its reader).
 
@@ -399,10 +407,7 @@ def plan_answer(request: AnswerRequest) -> Answer:
     thinking = min(thinking, budget - 1)
     reasoning_seed = stable_seed("reasoning", str(seed))
     if request.tool is not None:
-        tool_seed = stable_seed("tool", request.tool.name, str(seed))
-        rng = random.Random(tool_seed)
-        args = arguments_for(request.tool.parameters, rng, cities=_CITIES)
-        pieces = tuple(split_pieces(json.dumps(args, ensure_ascii=False)))
+        pieces = tool_call_pieces(request.tool, seed)
         room = budget - thinking
         finish: Literal["length", "stop", "tool_calls"] = "tool_calls"
         if len(pieces) > room:

@@ -9,8 +9,15 @@ turn limit is reached.
 
 from __future__ import annotations
 
+import json
+import math
+import random
 from dataclasses import dataclass
 from typing import Any
+
+from servekit import jsontext
+from servekit.errors import UsageError
+from servekit.workload.datasets import LengthSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,3 +94,242 @@ class SessionsSpec:
     think_time: Delay
     sessions_per_point: int
     agent: AgentSpec | None = None
+
+
+DELAY_KINDS = ("fixed", "exponential", "uniform")
+
+
+def parse_delay(text: str, flag: str) -> Delay:
+    """Parse `S` (fixed), `S:exponential` (mean S) or `S:uniform` ([S/2, 3S/2]) seconds.
+
+    Raises:
+        UsageError: anything else, or S negative or not finite, naming the flag.
+    """
+    head, colon, kind = text.strip().partition(":")
+    try:
+        mean_s = float(head)
+    except ValueError:
+        mean_s = math.nan
+    if not math.isfinite(mean_s) or mean_s < 0 or (colon and kind not in DELAY_KINDS[1:]):
+        raise UsageError(
+            f"{flag} {text!r} is not S, S:exponential or S:uniform with S 0 or more seconds",
+            fix=f"e.g. {flag} 2 or {flag} 2:exponential",
+        )
+    return Delay(mean_s, kind or "fixed")
+
+
+def draw_delay(delay: Delay, rng: random.Random) -> float:
+    """One delay in seconds from the distribution (never negative)."""
+    if delay.mean_s == 0 or delay.kind == "fixed":
+        return delay.mean_s
+    if delay.kind == "exponential":
+        return rng.expovariate(1.0 / delay.mean_s)
+    return rng.uniform(delay.mean_s / 2, delay.mean_s * 3 / 2)
+
+
+def synthetic_sessions(
+    count: int, turns: int, input_len: LengthSpec, output_len: LengthSpec, rng: random.Random
+) -> list[SessionPlan]:
+    """`count` sessions of `turns` synthetic user turns, lengths drawn per turn (in tokens:
+    `input_len` new tokens per user message, `output_len` tokens per answer)."""
+    return [
+        SessionPlan(
+            id=f"s{number}",
+            turns=tuple(
+                Turn(user=None, output_len=output_len.draw(rng), input_len=input_len.draw(rng))
+                for _ in range(turns)
+            ),
+        )
+        for number in range(1, count + 1)
+    ]
+
+
+_USER_ROLES = {"human", "user"}
+_ASSISTANT_ROLES = {"gpt", "assistant", "chatgpt", "bard", "bing", "model"}
+
+
+def parse_conversations(
+    text: str, where: str, *, max_turns: int | None = None, default_output_len: int
+) -> list[SessionPlan]:
+    """Parse a ShareGPT JSON file (a list: every conversation, every turn) or a JSONL file of
+    conversations into sessions.
+
+    ShareGPT: each human turn is a user turn whose output length is the word count of the
+    gpt turn after it (`default_output_len` when none follows); a system turn becomes the
+    system message; conversations with no human turn are left out. JSONL: one conversation
+    per line, `{"id"?, "system"?, "turns": [{"user": ..., "output_len"?: ...}]}` or
+    `{"id"?, "messages": [{"role": ..., "content": ...}]}`.
+
+    Args:
+        text: the file's text.
+        where: the file's name, for errors.
+        max_turns: keep at most this many user turns of each conversation.
+        default_output_len: output tokens of a turn the file gives no length for.
+
+    Raises:
+        UsageError: not JSON, a bad line (naming the line and field), or no conversation.
+    """
+    stripped = text.lstrip("\ufeff \t\r\n")
+    plans = (
+        _sharegpt_sessions(stripped, where, default_output_len)
+        if stripped.startswith("[")
+        else _jsonl_sessions(text, where, default_output_len)
+    )
+    if max_turns is not None:
+        plans = [SessionPlan(p.id, p.turns[:max_turns], p.system) for p in plans]
+    if not plans:
+        raise UsageError(
+            f"{where} holds no conversations with a user turn",
+            fix='write lines like {"turns": [{"user": "Hi"}, {"user": "And then?"}]}',
+        )
+    return plans
+
+
+def _sharegpt_sessions(text: str, where: str, default_output_len: int) -> list[SessionPlan]:
+    try:
+        rows: Any = json.loads(text)
+    except jsontext.LOAD_FAILURES as exc:
+        raise UsageError(
+            f"{where}: not JSON ({jsontext.load_problem(exc)})",
+            fix="pass the ShareGPT file as downloaded, or a JSONL file of conversations",
+        ) from None
+    if not isinstance(rows, list):
+        raise UsageError(f"{where}: a ShareGPT file is a JSON list", fix=_SHAREGPT_EXAMPLE)
+    plans = []
+    for index, row in enumerate(rows):
+        messages = row.get("conversations") if isinstance(row, dict) else None
+        if not isinstance(messages, list):
+            continue
+        pairs: list[tuple[Any, str]] = [
+            (m.get("from"), m["value"])
+            for m in messages
+            if isinstance(m, dict) and isinstance(m.get("value"), str)
+        ]
+        system = next((v for role, v in pairs if role == "system" and v), None)
+        turns = _turns(pairs, _USER_ROLES, _ASSISTANT_ROLES, default_output_len)
+        if turns:
+            name = row.get("id")
+            plans.append(SessionPlan(name if isinstance(name, str) else str(index), turns, system))
+    return plans
+
+
+_SHAREGPT_EXAMPLE = '[{"id": "a", "conversations": [{"from": "human", "value": "Hi"}]}]'
+
+
+def _turns(
+    pairs: list[tuple[Any, str]],
+    users: set[str],
+    assistants: set[str],
+    default_output_len: int,
+) -> tuple[Turn, ...]:
+    """User turns of (role, text) pairs; an answer's word count is its turn's output."""
+    turns = []
+    for index, (role, value) in enumerate(pairs):
+        if role not in users or not value:
+            continue
+        reply = pairs[index + 1] if index + 1 < len(pairs) else None
+        answered = reply is not None and reply[0] in assistants and reply[1].split()
+        output = len(reply[1].split()) if answered and reply else default_output_len
+        turns.append(Turn(user=value, output_len=output))
+    return tuple(turns)
+
+
+_JSONL_EXAMPLE = '{"id": "a", "turns": [{"user": "Hi", "output_len": 64}, {"user": "More?"}]}'
+
+
+def _jsonl_sessions(text: str, where: str, default_output_len: int) -> list[SessionPlan]:
+    plans = []
+    seen: dict[str, int] = {}
+    for number, line in enumerate(text.lstrip("\ufeff").splitlines(), start=1):
+        if not line.strip():
+            continue
+        loc = f"{where}:{number}"
+        try:
+            row: Any = json.loads(line)
+        except jsontext.LOAD_FAILURES as exc:
+            raise UsageError(
+                f"{loc}: not JSON ({jsontext.load_problem(exc)})",
+                fix="write one JSON conversation per line, e.g. " + _JSONL_EXAMPLE,
+            ) from None
+        if not isinstance(row, dict):
+            raise UsageError(
+                f"{loc}: each line must be a JSON object", fix="e.g. " + _JSONL_EXAMPLE
+            )
+        name = row.get("id", str(number))
+        if not isinstance(name, str) or not name:
+            raise UsageError(f"{loc}: id {name!r} must be a non-empty string", fix='e.g. "id": "a"')
+        if name in seen:
+            raise UsageError(
+                f"{loc}: id {name!r} is line {seen[name]}'s too",
+                fix="give every conversation its own id",
+            )
+        seen[name] = number
+        if "turns" in row:
+            system, turns = _system(row, loc), _listed_turns(row["turns"], loc, default_output_len)
+        elif "messages" in row:
+            system, turns = _message_turns(row["messages"], loc, default_output_len)
+        else:
+            raise UsageError(
+                f"{loc}: needs a 'turns' or a 'messages' list", fix="e.g. " + _JSONL_EXAMPLE
+            )
+        plans.append(SessionPlan(name, turns, system))
+    return plans
+
+
+def _system(row: dict[str, Any], loc: str) -> str | None:
+    system = row.get("system")
+    if system is not None and (not isinstance(system, str) or not system):
+        raise UsageError(
+            f"{loc}: system must be a non-empty string", fix='e.g. "system": "Be brief."'
+        )
+    return system
+
+
+def _listed_turns(value: object, loc: str, default_output_len: int) -> tuple[Turn, ...]:
+    if not isinstance(value, list) or not value:
+        raise UsageError(f"{loc}: turns must be a non-empty list", fix="e.g. " + _JSONL_EXAMPLE)
+    turns = []
+    for index, item in enumerate(value):
+        field = f"turns[{index}]"
+        if not isinstance(item, dict):
+            raise UsageError(f"{loc}: {field} must be an object", fix='e.g. {"user": "Hi"}')
+        user = item.get("user")
+        if not isinstance(user, str) or not user:
+            raise UsageError(
+                f"{loc}: {field}.user must be a non-empty string", fix='e.g. {"user": "Hi"}'
+            )
+        output = item.get("output_len", default_output_len)
+        if isinstance(output, bool) or not isinstance(output, int) or output <= 0:
+            raise UsageError(
+                f"{loc}: {field}.output_len {output!r} must be a positive whole number",
+                fix='e.g. "output_len": 128 (tokens)',
+            )
+        turns.append(Turn(user=user, output_len=output))
+    return tuple(turns)
+
+
+def _message_turns(
+    value: object, loc: str, default_output_len: int
+) -> tuple[str | None, tuple[Turn, ...]]:
+    if not isinstance(value, list) or not value:
+        raise UsageError(f"{loc}: messages must be a non-empty list", fix=_MESSAGES_EXAMPLE)
+    pairs: list[tuple[Any, str]] = []
+    for index, message in enumerate(value):
+        field = f"messages[{index}]"
+        if not isinstance(message, dict) or message.get("role") not in _MESSAGE_ROLES:
+            raise UsageError(
+                f"{loc}: {field}.role must be system, user or assistant", fix=_MESSAGES_EXAMPLE
+            )
+        content = message.get("content")
+        if not isinstance(content, str):
+            raise UsageError(f"{loc}: {field}.content must be a string", fix=_MESSAGES_EXAMPLE)
+        pairs.append((message["role"], content))
+    system = next((v for role, v in pairs if role == "system" and v), None)
+    turns = _turns(pairs, {"user"}, {"assistant"}, default_output_len)
+    if not turns:
+        raise UsageError(f"{loc}: messages holds no user message", fix=_MESSAGES_EXAMPLE)
+    return system, turns
+
+
+_MESSAGE_ROLES = {"system", "user", "assistant"}
+_MESSAGES_EXAMPLE = 'e.g. "messages": [{"role": "user", "content": "Hi"}]'
