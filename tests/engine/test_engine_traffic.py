@@ -14,8 +14,8 @@ Facts measured on this tier (vLLM 0.32 CPU, the tiny target; docs/known-issues.m
   rounded down to whole blocks: floor((prompt + 7) / 128) * 128 on every measured session;
 - turn 2 of a 1,600-token history with a 60-token new message: TTFT 26-97 ms against
   111-215 ms for a cold prompt of the same length (server pinned to one core, client on the
-  other, the machine shared): the ratio of the means 0.22-0.33 over four runs of this
-  protocol, 0.23 in the test's own run;
+  other, the machine shared): the ratio of the means 0.22-0.33 over three runs of this
+  protocol by hand, 0.23-0.28 over four runs of the test;
 - the tiny model's tool call is get_weather with arguments {"city": "Paris"}.
 """
 
