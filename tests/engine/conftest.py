@@ -40,6 +40,8 @@ SERVER_CORE = 1
 MEASURED_FLAGS = ["--no-enable-prefix-caching"]
 PARSERS = ["--reasoning-parser", "minimax_m3", "--tool-call-parser", "minimax_m3",
            "--enable-auto-tool-choice"]  # fmt: skip
+PROMPT_DETAILS = "--enable-prompt-tokens-details"  # usage reports cached prompt tokens
+TRAFFIC_FLAGS = [*PARSERS, "--enable-prefix-caching", PROMPT_DETAILS]
 
 
 @dataclass
@@ -199,6 +201,20 @@ def vllm_measured(target_model: Path) -> Iterator[VllmServer]:
     tiny vocabulary makes vLLM's random prompts share 128-token blocks, which would give
     one tool's prompts cache hits the other's do not get)."""
     yield from _serve("measured", target_model, MEASURED_FLAGS, core=SERVER_CORE)
+
+
+@pytest.fixture(scope="module")
+def vllm_traffic(target_model: Path) -> Iterator[VllmServer]:
+    """The target for real traffic (sessions, trace replay, agent loops): M3's parsers,
+    prefix caching on, usage with `prompt_tokens_details.cached_tokens`, pinned to its own
+    core (turn 2's TTFT is set against a cold prompt's)."""
+    yield from _serve("traffic", target_model, TRAFFIC_FLAGS, core=SERVER_CORE)
+
+
+@pytest.fixture(scope="module")
+def vllm_traffic_off(target_model: Path) -> Iterator[VllmServer]:
+    """The target with prefix caching off (and cached tokens still asked for in usage)."""
+    yield from _serve("traffic-off", target_model, [*MEASURED_FLAGS, PROMPT_DETAILS])
 
 
 @pytest.fixture(scope="module")
