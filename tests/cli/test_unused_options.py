@@ -38,6 +38,17 @@ def test_bench_refuses_an_option_its_load_ignores(
     assert named.replace("use --sessions", "--sessions N") in result.output
 
 
+def test_sessions_take_warmup_0(tmp_path: Path) -> None:
+    """--warmup 0 says what sessions do anyway: accepted (the run fails later, dead URL)."""
+    out = str(tmp_path / "run")
+    result = CliRunner().invoke(cli, [
+        "bench", "--url", "http://127.0.0.1:9", "--out", out, "--turns", "2", "--concurrency",
+        "1", "--warmup", "0",
+    ])  # fmt: skip
+    assert result.exit_code != 0
+    assert "--warmup" not in result.output
+
+
 def test_defaults_never_count_as_given(tmp_path: Path) -> None:
     """A plain run with every default passes the check (it fails later, on the dead URL)."""
     out = str(tmp_path / "run")
