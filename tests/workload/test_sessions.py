@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import statistics
@@ -10,11 +11,13 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from servekit.bench.summary import session_info
 from servekit.errors import UsageError
 from servekit.workload.datasets import LengthSpec
 from servekit.workload.sessions import (
     Delay,
     SessionPlan,
+    SessionsSpec,
     Turn,
     draw_delay,
     parse_conversations,
@@ -232,6 +235,18 @@ def test_repeated_sessions_are_salted_rounds() -> None:
     assert sent[2] == SessionPlan("a#2", (Turn("[round 2] hi", 4), Turn("more", 4)), "S")
     assert sent[4].turns[0].user == "[round 3] hi"
     assert sent[3] == SessionPlan("b#2", synth.turns)
+
+
+def test_repeated_counts_sessions_beyond_the_plans() -> None:
+    """Three plans, two points of two sessions: one session is a repeat, as the summary's
+    SessionInfo says; enough plans repeat none."""
+    plans = tuple(SessionPlan(n, (Turn("x", 4),)) for n in "abc")
+    spec = SessionsSpec(plans, "jsonl c", Delay(0.0), 2, points=2)
+    assert spec.repeated == 1
+    info = session_info(spec)
+    assert info is not None
+    assert info.repeated == 1
+    assert dataclasses.replace(spec, points=1).repeated == 0
 
 
 def test_session_rngs_depend_on_seed_and_position_only() -> None:
