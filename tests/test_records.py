@@ -44,3 +44,26 @@ def test_unknown_keys_and_bad_types_are_rejected() -> None:
         record_from_json(good[:-1] + ',"bogus":1}')
     with pytest.raises(ServekitError):
         record_from_json(good.replace('"end_ns":1', '"end_ns":"soon"'))
+
+
+@pytest.mark.parametrize(
+    ("fields", "problem"),
+    [
+        (
+            {"session": "a", "turn": 1, "tool_calls": 1, "tool_args_invalid": 2},
+            "tool_args_invalid 2 is more than tool_calls 1",
+        ),
+        ({"session": "a", "turn": 0}, "turn 0: turns count from 1"),
+        ({"turn": 2}, "turn or session_end without a session"),
+        ({"session_end": "completed"}, "turn or session_end without a session"),
+    ],
+)
+def test_session_fields_no_run_writes_are_refused(fields: dict[str, object], problem: str) -> None:
+    """More invalid tool calls than calls, a turn below 1, and a turn or session end without
+    a session are records no run writes: one error naming the problem."""
+    line = RequestRecord("a", "p", 0, 0, None, None, 1, **fields).to_json_line()  # type: ignore[arg-type]
+    with pytest.raises(ServekitError) as caught:
+        record_from_json(line, where="r")
+    assert caught.value.message == f"r: not a valid request record ({problem})"
+    ok = RequestRecord("a", "p", 0, 0, None, None, 1, session="a", turn=1, session_end="stopped")
+    assert record_from_json(ok.to_json_line()) == ok

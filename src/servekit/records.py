@@ -45,7 +45,9 @@ class RequestRecord:
         session_end: set on a session's last request only: "completed" (every turn
             answered; an agent answered without a tool call), "turn_limit" (an agent hit
             its turn limit), "failed" (this request failed, the session stopped) or
-            "stopped" (the point's deadline or an interrupt ended it).
+            "stopped" (the point's deadline came before the session's next request). A
+            session cut by Ctrl-C or SIGTERM has no end: its request in flight writes no
+            record and its last record, written while it went on, holds None.
         tool_calls: tool calls in this response.
         tool_args_invalid: of those, calls whose arguments are not JSON or fail the tool's
             JSON schema (or name no known tool).
@@ -136,8 +138,9 @@ here rather than exhausting memory there."""
 
 
 def _inconsistency(record: RequestRecord) -> str | None:
-    """What no record servekit writes can hold: chunk lists of different lengths, or an
-    integer past 64 bits (the analysis keeps times and counts in int64 arrays)."""
+    """What no record servekit writes can hold: chunk lists of different lengths, an
+    integer past 64 bits (the analysis keeps times and counts in int64 arrays), more
+    invalid tool calls than calls, or a turn or session end outside a session."""
     if len(record.chunk_ns) != len(record.chunk_tokens):
         return (
             f"{len(record.chunk_ns)} chunk_ns but {len(record.chunk_tokens)} chunk_tokens; "
@@ -153,6 +156,15 @@ def _inconsistency(record: RequestRecord) -> str | None:
         return "a negative token count"
     if min(record.cached_tokens or 0, record.tool_calls, record.tool_args_invalid) < 0:
         return "a negative cached_tokens, tool_calls or tool_args_invalid"
+    if record.tool_args_invalid > record.tool_calls:
+        return (
+            f"tool_args_invalid {record.tool_args_invalid} is more than tool_calls "
+            f"{record.tool_calls}"
+        )
+    if record.turn is not None and record.turn < 1:
+        return f"turn {record.turn}: turns count from 1"
+    if record.session is None and (record.turn is not None or record.session_end is not None):
+        return "turn or session_end without a session"
     if record.session_end is not None and record.session_end not in SESSION_ENDS:
         return f"session_end: not one of {', '.join(SESSION_ENDS)}"
     if max(record.output_tokens, sum(record.chunk_tokens)) > MAX_REQUEST_TOKENS:

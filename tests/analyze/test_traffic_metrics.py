@@ -112,6 +112,24 @@ def test_sessions_block_of_a_two_turn_session_set() -> None:
     assert block.tool_args_invalid_rate is None
 
 
+def test_sessions_stopped_by_the_deadline_are_counted() -> None:
+    """A session whose last record says "stopped" counts in `stopped`, and only there; the
+    points table's sessions cell names it."""
+    records = [
+        *two_turn_sessions()[:3],
+        rec("b2", 110, (150, 160), session="b", turn=2, prompt=1000, cached=512, end="stopped"),
+    ]
+    block = sessions_block(records, duration_s=0.16)
+    assert block is not None
+    assert (block.sessions, block.completed, block.failed, block.stopped) == (2, 1, 0, 1)
+    metrics = point_metrics(records)
+    point = point_to_json(metrics, concurrency=2, rate_rps=None, server=ServerBlock())
+    blocks = traffic_blocks(records, ServerBlock(), duration_s=metrics.duration_s)
+    headers = traffic_headers([with_traffic(point, blocks)])
+    row = traffic_rows([with_traffic(point, blocks)])[0]
+    assert row[headers.index("sessions completed")] == "1/2, 1 stopped"
+
+
 def test_client_prefix_cache_sums_successful_requests_only() -> None:
     """The client's sums count successful requests; a failed one adds nothing."""
     records = [*two_turn_sessions(), rec("x", 0, (), prompt=900, cached=900, error="timeout")]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -216,3 +217,30 @@ def test_calls_without_an_id_get_one() -> None:
              "function": {"name": "get_weather", "arguments": '{"city": "Rome"}'}},
         ],
     }  # fmt: skip
+
+
+@pytest.mark.parametrize("command", ["bench", "sim"])
+def test_a_broken_tool_schema_is_refused_before_the_run(command: str, tmp_path: Path) -> None:
+    """bench and sim run refuse a tool whose parameters are not a JSON schema with one
+    usage line naming the tool and the schema's problem, before a run directory exists."""
+    from click.testing import CliRunner
+
+    from servekit.cli.main import cli
+
+    bad = [{"type": "function", "function": {"name": "w", "parameters": {"required": "city"}}}]
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps(bad), encoding="utf-8")
+    out = tmp_path / "run"
+    head = (
+        ["bench", "--url", "http://127.0.0.1:9"]
+        if command == "bench"
+        else ["sim", "run", "--profile", "llama-3.1-70b-4xh100"]
+    )
+    args = [*head, "--agent", "--tools", str(tools), "--concurrency", "1", "--out", str(out)]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2, result.output
+    assert (
+        "tool 'w': parameters is not a valid JSON schema (parameters.required: 'city' is not "
+        "of type 'array')" in result.stderr
+    )
+    assert not out.exists()

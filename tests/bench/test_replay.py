@@ -26,7 +26,7 @@ from servekit.bench.replay import (
     Vocabulary,
     trace_prompts,
 )
-from servekit.bench.runner import run_points
+from servekit.bench.runner import plan_requests, run_points
 from servekit.bench.spec import BenchSpec, PointOutcome, PointSpec
 from servekit.bench.store import RecordWriter
 from servekit.cli.main import cli
@@ -249,6 +249,23 @@ def test_byte_level_bpe_prompts_are_exact_and_share_whole_blocks(tmp_path: Path)
     a, b = ids[1], ids[3]
     assert a[: 2 * BLOCK] == b[: 2 * BLOCK]
     assert a[2 * BLOCK] != b[2 * BLOCK] or a[2 * BLOCK + 1] != b[2 * BLOCK + 1]
+
+
+def test_plain_trace_prompts_share_no_prefix_with_the_warmup() -> None:
+    """A trace without hash ids after two warmup requests: the warmup prompts come from the
+    run's seeded RNG and the trace's from their own stream, so no trace prompt shares its
+    first 16 words (tokens, counted one word per token here) with a warmup prompt."""
+    requests = tuple(TraceRequest(0.1 * i, 40, 2, None, i + 1) for i in range(4))
+    trace = Trace("plain.jsonl", "burstgpt", requests)
+    spec = BenchSpec("http://127.0.0.1:9", "m", api="completions", trace=trace, warmup=2)
+    planned, _ = asyncio.run(
+        plan_requests(_NoTokenize(), spec, 6, random.Random(spec.seed))  # type: ignore[arg-type]
+    )
+    heads = [tuple(p.body["prompt"].split()[:16]) for p in planned]
+    warm, replayed = heads[:2], heads[2:]
+    assert all(len(h) == 16 for h in heads)
+    assert not set(warm) & set(replayed)
+    assert len(set(replayed)) == 4
 
 
 def test_bench_trace_summary_hit_rate_matches_the_trace(sim_url: str, tmp_path: Path) -> None:

@@ -19,13 +19,17 @@ from click.testing import CliRunner
 if str(Path(__file__).parent) not in sys.path:  # session_helpers sits beside this file
     sys.path.insert(0, str(Path(__file__).parent))
 
-from session_helpers import Sim, Sweep, sim_server, sweep
+from session_helpers import SIM_PROFILE, Sim, Sweep, sim_server, sweep
 
-from servekit.bench.sessions import session_id
+import servekit.bench.sessions as bench_sessions
 from servekit.bench.spec import BenchSpec, PointSpec
 from servekit.bench.store import read_records
 from servekit.cli.main import cli
+from servekit.profiles import load_profile
 from servekit.records import RequestRecord
+from servekit.sim.build import build_engine
+from servekit.sim.sweep import simulate_sweep
+from servekit.sim.traffic import SessionsPoint
 from servekit.workload.sessions import (
     AgentSpec,
     Delay,
@@ -33,6 +37,7 @@ from servekit.workload.sessions import (
     SessionsSpec,
     Turn,
     draw_delay,
+    session_rng,
 )
 
 pytestmark = pytest.mark.integration
@@ -225,11 +230,32 @@ def test_a_failed_turn_ends_its_session(tmp_path: Path, start_script: Callable[.
     assert len(run.written) == 3
 
 
-def test_sessions_cycle_with_distinct_ids() -> None:
-    """A sweep that needs more sessions than the plans cycles through them with a round
-    suffix, so ids stay distinct."""
-    plans = (SessionPlan("a", ()), SessionPlan("b", ()))
-    assert [session_id(plans, p) for p in range(5)] == ["a", "b", "a.2", "b.2", "a.3"]
+def test_repeated_sessions_get_their_own_ids_and_first_messages(sim: Sim, tmp_path: Path) -> None:
+    """Two points of two sessions from two conversations: the second point sends them again
+    as a#2 and b#2, whose first user message starts "[round 2] " (so their first turn is no
+    copy of an earlier one), and the rest of each conversation unchanged."""
+    plans = tuple(
+        SessionPlan(name, (Turn(f"tell me about {name}", 4), Turn("and then?", 4)))
+        for name in ("a", "b")
+    )
+    spec = bench_spec(sim, plans, per_point=2)
+    points = [PointSpec("c=1", concurrency=1), PointSpec("c=2", concurrency=2)]
+    run = sweep(spec, points, tmp_path)
+    by_point = [sorted({r.session for r in o.records if r.session}) for o in run.run.outcomes]
+    assert by_point == [["a", "b"], ["a#2", "b#2"]]
+    firsts = sorted(
+        e.body["messages"][0]["content"] for e in run.exchanges if len(e.body["messages"]) == 1
+    )
+    assert firsts == [
+        "[round 2] tell me about a",
+        "[round 2] tell me about b",
+        "tell me about a",
+        "tell me about b",
+    ]
+    seconds = [
+        e.body["messages"][2]["content"] for e in run.exchanges if len(e.body["messages"]) == 3
+    ]
+    assert seconds == ["and then?"] * 4
 
 
 RUN_SESSIONS = """
@@ -351,21 +377,66 @@ def test_bench_cli_runs_synthetic_sessions(sim: Sim, tmp_path: Path) -> None:
 
 
 def test_think_times_are_drawn_per_session_from_the_seed(sim: Sim, tmp_path: Path) -> None:
-    """Exponential think times: session i draws from its own RNG, seeded by the i-th draw
-    of the run's seeded RNG, so each later turn is due at least its drawn time (and not
-    much more) after the previous answer, however the sessions interleave."""
+    """Exponential think times: session i draws from its own RNG, of the run's seed and its
+    position only, so each later turn is due at least its drawn time (and not much more)
+    after the previous answer, however the sessions interleave."""
     plans = tuple(
         SessionPlan(f"t{i}", tuple(Turn(f"question {i}.{k}", 4) for k in range(4)))
         for i in range(2)
     )
     spec = bench_spec(sim, plans, think=Delay(0.1, "exponential"))
     sessions = sweep(spec, [PointSpec("c=2", concurrency=2)], tmp_path).sessions()
-    run_rng = random.Random(spec.seed)
-    for i, seed in enumerate([run_rng.getrandbits(64) for _ in plans]):
-        own = random.Random(seed)
+    for i in range(len(plans)):
+        own = session_rng(spec.seed, i)
         drawn = [draw_delay(Delay(0.1, "exponential"), own) for _ in range(3)]
         records = sessions[f"t{i}"]
         gaps = [b.scheduled_ns - a.end_ns for a, b in itertools.pairwise(records)]
         assert len(set(drawn)) == 3
         for gap, want in zip(gaps, drawn, strict=True):
             assert int(want * 1e9) <= gap < int(want * 1e9) + 20_000_000
+
+
+def test_bench_and_the_simulator_draw_the_same_delays(
+    sim: Sim, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Synthetic sessions (sizing their text takes draws from the run's RNG) with
+    exponential think times, over two points: every delay bench draws is, session by
+    session, the simulator's gap between the session's answer and its next turn, and an
+    open-loop point's session arrivals are the simulator's too."""
+    think = Delay(0.02, "exponential")
+    plans = synthetic(3, 3, input_len=12, output_len=4)
+    spec = bench_spec(sim, plans, think=think, per_point=3)
+    drawn: dict[int, list[float]] = {}
+    kept: list[random.Random] = []
+
+    def spy(delay: Delay, rng: random.Random) -> float:
+        value = draw_delay(delay, rng)
+        kept.append(rng)  # alive, so no later RNG reuses its id
+        drawn.setdefault(id(rng), []).append(value)
+        return value
+
+    monkeypatch.setattr(bench_sessions, "draw_delay", spy)
+    points = [PointSpec("c=2", concurrency=2), PointSpec("rate=50", rate_rps=50.0)]
+    bench = sweep(spec, points, tmp_path)
+    assert spec.sessions is not None
+    sim_points = [
+        SessionsPoint("c=2", spec.sessions, 0, concurrency=2),
+        SessionsPoint("rate=50", spec.sessions, 3, rate_rps=50.0),
+    ]
+    profile = load_profile(SIM_PROFILE)
+    results = simulate_sweep(lambda s: build_engine(profile, seed=s), sim_points, seed=spec.seed)
+    sim_gaps = []
+    for result in results:
+        by_session: dict[str, list[RequestRecord]] = {}
+        for r in result.run.records:
+            by_session.setdefault(r.session or "", []).append(r)
+        for records in by_session.values():
+            records.sort(key=lambda r: r.turn or 0)
+            sim_gaps.append([b.scheduled_ns - a.end_ns for a, b in itertools.pairwise(records)])
+    bench_gaps = [[round(d * 1e9) for d in values] for values in drawn.values()]
+    assert len(bench_gaps) == 6
+    assert sorted(bench_gaps) == sorted(sim_gaps)
+    assert len({g for gaps in sim_gaps for g in gaps}) == 12  # drawn, not fixed
+    bench_starts = sorted(r.scheduled_ns for r in bench.run.outcomes[1].records if r.turn == 1)
+    sim_starts = sorted(r.scheduled_ns for r in results[1].run.records if r.turn == 1)
+    assert [b - bench_starts[0] for b in bench_starts] == [t - sim_starts[0] for t in sim_starts]

@@ -192,6 +192,22 @@ def test_closed_and_open_loops_over_sessions() -> None:
     ]
 
 
+def test_repeated_sessions_are_salted_rounds_that_miss_the_cache() -> None:
+    """Four sessions from two conversations in one point: the repeats are a#2 and b#2, and
+    their first turn, salted with "[round 2] ", hits at most the one engine block its chat
+    header shares with the first round, not the whole first message."""
+    words = " ".join(f"w{i}" for i in range(200))
+    plans = tuple(SessionPlan(n, (Turn(f"{n}: {words}", 8), Turn("more", 8))) for n in "ab")
+    spec = SessionsSpec(plans, "jsonl c.jsonl", Delay(0.0), 4)
+    run = run_point(engine(), SessionsPoint("c=1", spec, concurrency=1), random.Random(0))
+    first = {r.session: r for r in run.records if r.turn == 1}
+    assert sorted(first) == ["a", "a#2", "b", "b#2"]
+    assert first["a"].prompt_tokens > 10 * BLOCK
+    assert first["a#2"].prompt_tokens > first["a"].prompt_tokens  # the salt's tokens
+    assert (first["a#2"].cached_tokens or 0) <= BLOCK
+    assert (first["b#2"].cached_tokens or 0) <= BLOCK
+
+
 def test_text_turns_are_tokenized_like_the_live_simulator() -> None:
     plan = SessionPlan(
         "c1", (Turn("What is a KV cache?", 20), Turn("And paging?", 20)), "Be brief."

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import statistics
@@ -10,15 +11,19 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from servekit.bench.summary import session_info
 from servekit.errors import UsageError
 from servekit.workload.datasets import LengthSpec
 from servekit.workload.sessions import (
     Delay,
     SessionPlan,
+    SessionsSpec,
     Turn,
     draw_delay,
     parse_conversations,
     parse_delay,
+    session_plan,
+    session_rng,
     synthetic_sessions,
 )
 from servekit.workload.tools import parse_tools
@@ -139,6 +144,10 @@ def test_jsonl_turns_and_messages() -> None:
         ('{"id": 5, "turns": [{"user": "x"}]}', "c:2: id 5 must be a non-empty string"),
         ('{"id": "a", "turns": [{"user": "x"}]}', "c:2: id 'a' is line 1's too"),
         ('{"prompt": "x"}', "c:2: needs a 'turns' or a 'messages' list"),
+        (
+            '{"id": "a#2", "turns": [{"user": "x"}]}',
+            "c:2: id 'a#2' holds '#', which marks a repeated session's round (a#2)",
+        ),
         ('{"turns": []}', "c:2: turns must be a non-empty list"),
         ('{"turns": ["hi"]}', "c:2: turns[0] must be an object"),
         (
@@ -177,6 +186,75 @@ def test_jsonl_bad_lines_name_line_and_field(line: str, message: str | None) -> 
         assert got.startswith("c:2: not JSON (")
     else:
         assert got == message
+
+
+def test_jsonl_default_ids_that_collide_are_named_as_defaults() -> None:
+    """A line without an id is named by its line number; when that is another line's id,
+    the error names both lines and says which id was the default."""
+    given = '{"id": "2", "turns": [{"user": "x"}]}\n{"turns": [{"user": "y"}]}\n'
+    assert refusal(given) == "c:2: default id '2' (its line number) is line 1's too"
+    default = '{"turns": [{"user": "x"}]}\n{"id": "1", "turns": [{"user": "y"}]}\n'
+    assert refusal(default) == "c:2: id '1' is line 1's default id (its line number) too"
+
+
+def test_jsonl_lines_split_at_line_feeds_only() -> None:
+    """U+2028, U+0085 and a form feed inside a JSON string (written raw, as json.dumps with
+    ensure_ascii off writes them) stay in the message: lines split at line feeds only."""
+    odd = "one\u2028two\x85three\x0cfour"
+    text = json.dumps({"turns": [{"user": odd}]}, ensure_ascii=False) + "\r\n"
+    text += json.dumps({"turns": [{"user": "next"}]}) + "\n"
+    assert conversations(text) == [
+        SessionPlan("1", (Turn(odd, 99),)),
+        SessionPlan("2", (Turn("next", 99),)),
+    ]
+
+
+def test_sharegpt_ids_are_made_distinct() -> None:
+    """ShareGPT ids: a repeat and an index another row's id holds get the first free ~k
+    suffix, "#" becomes "_", and the same file always gives the same ids."""
+
+    def row(name: object = None) -> dict[str, object]:
+        conv = [{"from": "human", "value": "q"}]
+        return {"conversations": conv} if name is None else {"id": name, "conversations": conv}
+
+    doc = [row("a"), row("a"), row(), row("2"), row("a~2"), row("x#1"), row("")]
+    plans = conversations(json.dumps(doc))
+    assert [p.id for p in plans] == ["a", "a~3", "2~2", "2", "a~2", "x_1", "6"]
+    assert [p.id for p in conversations(json.dumps(doc))] == [p.id for p in plans]
+
+
+def test_repeated_sessions_are_salted_rounds() -> None:
+    """The k-th use of a plan (k >= 2) is `id#k` whose first user message starts with
+    "[round k] "; later turns, the system message and synthetic turns stay as they are."""
+    text = SessionPlan("a", (Turn("hi", 4), Turn("more", 4)), "S")
+    synth = SessionPlan("b", (Turn(None, 4, 10),))
+    plans = (text, synth)
+    sent = [session_plan(plans, p) for p in range(5)]
+    assert [s.id for s in sent] == ["a", "b", "a#2", "b#2", "a#3"]
+    assert sent[0] is text
+    assert sent[2] == SessionPlan("a#2", (Turn("[round 2] hi", 4), Turn("more", 4)), "S")
+    assert sent[4].turns[0].user == "[round 3] hi"
+    assert sent[3] == SessionPlan("b#2", synth.turns)
+
+
+def test_repeated_counts_sessions_beyond_the_plans() -> None:
+    """Three plans, two points of two sessions: one session is a repeat, as the summary's
+    SessionInfo says; enough plans repeat none."""
+    plans = tuple(SessionPlan(n, (Turn("x", 4),)) for n in "abc")
+    spec = SessionsSpec(plans, "jsonl c", Delay(0.0), 2, points=2)
+    assert spec.repeated == 1
+    info = session_info(spec)
+    assert info is not None
+    assert info.repeated == 1
+    assert dataclasses.replace(spec, points=1).repeated == 0
+
+
+def test_session_rngs_depend_on_seed_and_position_only() -> None:
+    """A session's delay RNG is the same for one seed and position, and differs otherwise."""
+    draw = [session_rng(7, 3).random() for _ in range(2)]
+    assert draw[0] == draw[1]
+    assert session_rng(7, 4).random() != draw[0]
+    assert session_rng(8, 3).random() != draw[0]
 
 
 def test_empty_conversations_file() -> None:

@@ -191,13 +191,15 @@ def _turn_ttft(point: Point, index: int) -> float | None:
 
 
 def _sessions_done(point: Point) -> str | None:
-    """Completed of all sessions, then the turn-limited and failed ones when there are any."""
+    """Completed of all sessions, then the turn-limited, failed and stopped ones when there
+    are any."""
     s = point.sessions
     if s is None:
         return None
     limit = f", {s.turn_limit} at turn limit" if s.turn_limit else ""
     failed = f", {s.failed} failed" if s.failed else ""
-    return f"{s.completed}/{s.sessions}{limit}{failed}"
+    stopped = f", {s.stopped} stopped" if s.stopped else ""
+    return f"{s.completed}/{s.sessions}{limit}{failed}{stopped}"
 
 
 TRAFFIC_COLUMNS: tuple[tuple[PointColumn, Getter], ...] = tuple(

@@ -152,6 +152,7 @@ def sessions_block(
         completed=ends.count("completed"),
         turn_limit=ends.count("turn_limit"),
         failed=ends.count("failed"),
+        stopped=ends.count("stopped"),
         turns_completed_mean=_mean(turns_ok),
         duration_s=distribution(durations, ci=ci).to_block(),
         turns_per_s=round(sum(turns_ok) / duration_s, 4) if duration_s > 0 else None,

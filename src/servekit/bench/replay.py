@@ -17,7 +17,9 @@ words' counts. That sum is checked: each whole prompt is counted once, a prompt 
 has its tail re-cut, and one that still is off is named in the plan's problems. A block's
 text is composed once per id and kept, so a trace of thousands of requests costs about one
 `/tokenize` call per request. A request without `hash_ids` gets a distinct synthetic prompt
-(`bench.sizing.sized_prompts`).
+(`bench.sizing.sized_prompts`), drawn from its own stream of the seed (`plain_rng`), not the
+run's: the warmup prompts come from that one, and the trace's first prompt must share no
+prefix with them.
 
 After the point, `prompt_length_warnings` compares the server's usage with the trace (the
 schedule lag against `BenchSpec.max_schedule_lag_ms` is `analyze.traffic.schedule_block`).
@@ -99,6 +101,11 @@ async def measure_vocabulary(sizer: Sizer, seed: int) -> Vocabulary:
     return Vocabulary(tuple(words), tuple(counts), anchor - (pair - anchor))
 
 
+def plain_rng(seed: int) -> random.Random:
+    """The RNG of the prompts of a trace's requests without hash ids."""
+    return random.Random(f"servekit-replay-plain:{seed}")
+
+
 def compose(vocab: Vocabulary, tokens: int, rng: random.Random) -> list[int]:
     """Word indices whose counts sum to `tokens` (or just under, when no word fits the
     remainder), drawn by `rng`."""
@@ -175,7 +182,7 @@ async def trace_prompts(
     method = APPROXIMATE
     if plain:
         sized, method = await sized_prompts(
-            endpoint, spec, [requests[i].input_len for i in plain], random.Random(spec.seed)
+            endpoint, spec, [requests[i].input_len for i in plain], plain_rng(spec.seed)
         )
         for index, prompt in zip(plain, sized, strict=True):
             prompts[index] = prompt

@@ -34,6 +34,7 @@ from servekit.client.transport import Transport
 from servekit.errors import EndpointError
 from servekit.records import RequestRecord
 from servekit.results.summary import ClientBlock
+from servekit.workload.sessions import arrival_rng
 from servekit.workload.synthetic import arrival_offsets
 from servekit.workload.traces import Trace
 
@@ -290,12 +291,12 @@ async def _run_session_points(
         body_of=lambda messages, out: request_body(spec, None, out, messages),
         record_of=to_record,
     )
-    progress.input_len_method = await sessions.prepare(rng)
+    progress.input_len_method = await sessions.prepare(rng, len(points))
     for index, point in enumerate(points):
         progress.current, progress.current_records = point, []
         on_point(point, sessions.user_turns(index))
         outcome = await _run_session_point(
-            endpoint, spec, point, sessions, writer, on_record, rng, progress.current_records
+            endpoint, spec, point, sessions, writer, on_record, progress.current_records
         )
         progress.current = None
         progress.outcomes.append(outcome)
@@ -460,12 +461,13 @@ async def _run_session_point(
     sessions: SessionPoints,
     writer: RecordWriter,
     on_record: Callable[[RequestRecord], None],
-    rng: random.Random,
     records: list[RequestRecord],
 ) -> PointOutcome:
     """A session point: concurrency = sessions in flight (closed loop), or rate = session
-    arrivals per second (open loop); measured like any other point."""
-    jobs = sessions.next_point(rng)
+    arrivals per second (open loop, drawn from the seed and the point's first session only,
+    as the simulator draws them); measured like any other point."""
+    jobs = sessions.next_point()
+    arrivals = arrival_rng(spec.seed, jobs[0].position if jobs else 0)
     short: list[tuple[int, int]] = []
 
     def keep(record: RequestRecord, wanted: int | None) -> None:
@@ -481,7 +483,7 @@ async def _run_session_point(
         share = Share(
             open_loop=not closed,
             concurrency=point.concurrency or 0,
-            schedule=() if closed else _schedule(point, len(jobs), rng),
+            schedule=() if closed else _schedule(point, len(jobs), arrivals),
             cap=point.max_concurrency,
             start_ns=start,
             deadline_ns=point_deadline(spec, start),

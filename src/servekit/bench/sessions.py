@@ -1,23 +1,27 @@
 """Send multi-turn sessions and agent loops as load points (shell, asyncio).
 
 A session point runs `SessionsSpec.sessions_per_point` sessions, taken in order from the
-run's sessions (cycling when a sweep needs more). Closed loop: `concurrency` workers each
-run the next session, all its turns, then the next. Open loop: sessions start at their
-arrival times (`rate_rps` sessions per second), at most `max_concurrency` at once.
+run's sessions; a sweep that needs more sends them again in rounds, each repeat with its
+own id and a salted first message (`workload.sessions.session_plan`). Closed loop:
+`concurrency` workers each run the next session, all its turns, then the next. Open loop:
+sessions start at their arrival times (`rate_rps` sessions per second), at most
+`max_concurrency` at once.
 
 Each request sends the whole history: the system message, then every earlier user message
 and the assistant answer that really came back (its content, not its reasoning; in an agent
 loop its tool calls too, each answered by a tool message), then the new user message. It
 waits for the think time (or, after a tool call, the tool latency), drawn from the session's
-own RNG, seeded from the run's seed in session order, so a run draws the same delays however
-its sessions interleave. Every request becomes a record labelled with its session and its
+own RNG, of the run's seed and the session's position in the sweep only
+(`workload.sessions.session_rng`), so a run draws the same delays however its sessions
+interleave and however many draws sizing the prompts took, and the simulator draws the
+same ones. Every request becomes a record labelled with its session and its
 1-based index in it; the session's last record says how it ended.
 
-Synthetic turns (`Turn.user` None) get distinct pseudo-words sized to `input_len` tokens as
-plain text with the server's `/tokenize` (`bench.sizing`), not counting the special tokens
-(a BOS) the tokenizer adds to any plain prompt; the chat template's tokens around the
-message are not part of the count, and a tokenizer may merge the text's first token with
-them differently.
+Synthetic turns (`Turn.user` None) get distinct pseudo-words in every session sent, sized
+to `input_len` tokens as plain text with the server's `/tokenize` (`bench.sizing`), not
+counting the special tokens (a BOS) the tokenizer adds to any plain prompt; the chat
+template's tokens around the message are not part of the count, and a tokenizer may merge
+the text's first token with them differently.
 """
 
 from __future__ import annotations
@@ -44,7 +48,13 @@ from servekit.client.http import TimedStream
 from servekit.client.stream import StreamResult, ToolCall
 from servekit.errors import UsageError
 from servekit.records import RequestRecord
-from servekit.workload.sessions import AgentSpec, SessionPlan, SessionsSpec, draw_delay
+from servekit.workload.sessions import (
+    AgentSpec,
+    SessionsSpec,
+    draw_delay,
+    session_plan,
+    session_rng,
+)
 
 PLAIN_TEXT_NOTE = "each turn's new user text, as plain text"
 
@@ -76,8 +86,10 @@ def tool_validators(tools: Sequence[dict[str, Any]]) -> dict[str, Validator]:
         try:
             cls.check_schema(schema)
         except SchemaError as exc:
+            where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in exc.path)
             raise UsageError(
-                f"tool {function['name']!r}: parameters is not a valid JSON schema ({exc.message})",
+                f"tool {function['name']!r}: parameters is not a valid JSON schema "
+                f"(parameters{where}: {exc.message})",
                 fix="correct the tool's function.parameters in the tools file",
             ) from None
         out[function["name"]] = cls(schema)
@@ -118,14 +130,6 @@ def assistant_message(
     return message
 
 
-def session_id(plans: Sequence[SessionPlan], position: int) -> str:
-    """The id of the `position`-th session sent in a run: the plan's id, suffixed with the
-    round (".2", ".3", ...) when the run cycles through the plans again."""
-    plan = plans[position % len(plans)]
-    cycle = position // len(plans)
-    return plan.id if cycle == 0 else f"{plan.id}.{cycle + 1}"
-
-
 Keep = Callable[[RequestRecord, "int | None"], None]
 """Keeps one finished request's record, with the output length it had to have (None in an
 agent loop, where the model is free to stop)."""
@@ -137,17 +141,18 @@ RecordOf = Callable[[str, str, int, TimedStream], RequestRecord]
 
 @dataclass(frozen=True, slots=True)
 class SessionJob:
-    """One session of a point: its id, what it sends, and the seed of its delays."""
+    """One session of a point: its id, what it sends, and its 0-based position in the
+    sweep (which seeds its delays)."""
 
     id: str
     script: SessionScript
-    seed: int
+    position: int
 
 
 class SessionPoints:
     """The sessions of a sweep, sent over one endpoint.
 
-    `prepare()` sizes the synthetic turns once; `next_point(rng)` hands out a point's
+    `prepare()` sizes the synthetic turns once; `next_point()` hands out a point's
     sessions; `run(job, ...)` sends one session. The runner drives them like requests
     (closed or open loop) and measures the point.
     """
@@ -170,17 +175,20 @@ class SessionPoints:
         self.body_of = body_of
         self.record_of = record_of
         self.validators = tool_validators(self.agent.tools if self.agent else spec.tools)
-        self.scripts: list[SessionScript] = []
+        self.scripts: list[SessionScript] = []  # by position in the sweep
+        self.ids: list[str] = []
         self.handed = 0  # sessions handed to points so far
 
-    async def prepare(self, rng: random.Random) -> str:
-        """Size every synthetic turn's text; return how lengths were counted."""
+    async def prepare(self, rng: random.Random, points: int) -> str:
+        """Make the sessions of `points` points, sizing every synthetic turn's text; return
+        how lengths were counted."""
         plans = self.sessions.sessions
         if not plans:
             raise UsageError("no sessions to send", fix="pass conversations or --turns N")
+        sent = [session_plan(plans, p) for p in range(points * self.sessions.sessions_per_point)]
         wanted = [
             turn.input_len or self.spec.input_len
-            for plan in plans
+            for plan in sent
             for turn in plan.turns
             if turn.user is None
         ]
@@ -195,10 +203,11 @@ class SessionPoints:
             texts, counted = await sized_prompts(self.endpoint, plain, wanted, rng)
             method = f"{counted} ({PLAIN_TEXT_NOTE})"
         made = iter(texts)
-        for plan in plans:
+        for plan in sent:
             users = tuple(turn.user if turn.user is not None else next(made) for turn in plan.turns)
             lens = tuple(turn.output_len for turn in plan.turns)
             self.scripts.append(SessionScript(plan.system, users, lens))
+            self.ids.append(plan.id)
         return method
 
     async def _special_tokens(self) -> int:
@@ -218,19 +227,13 @@ class SessionPoints:
         except that an agent's tool rounds add more."""
         count = self.sessions.sessions_per_point
         first = index * count
-        return sum(
-            len(self.scripts[p % len(self.scripts)].users) for p in range(first, first + count)
-        )
+        return sum(len(self.scripts[p].users) for p in range(first, first + count))
 
-    def next_point(self, rng: random.Random) -> list[SessionJob]:
-        """The next point's sessions, in order, each with a delay seed drawn from `rng`."""
-        plans = self.sessions.sessions
+    def next_point(self) -> list[SessionJob]:
+        """The next point's sessions, in order (`prepare` made them)."""
         positions = range(self.handed, self.handed + self.sessions.sessions_per_point)
         self.handed = positions.stop
-        return [
-            SessionJob(session_id(plans, p), self.scripts[p % len(plans)], rng.getrandbits(64))
-            for p in positions
-        ]
+        return [SessionJob(self.ids[p], self.scripts[p], p) for p in positions]
 
     def _body(self, messages: list[dict[str, Any]], output_len: int) -> dict[str, Any]:
         body = self.body_of(messages, output_len)
@@ -247,7 +250,8 @@ class SessionPoints:
         """Send one session's requests in order, the first at `due_ns`; the last record
         says how it ended. No request is started at or after `deadline_ns`."""
         agent = self.agent
-        sid, script, rng = job.id, job.script, random.Random(job.seed)
+        sid, script = job.id, job.script
+        rng = session_rng(self.spec.seed, job.position)
         messages: list[dict[str, Any]] = []
         if script.system is not None:
             messages.append({"role": "system", "content": script.system})

@@ -233,6 +233,7 @@ def session_info(sessions: SessionsSpec | None) -> SessionInfo | None:
         think_time=sessions.think_time.spelling,
         agent=agent is not None,
         tool_latency=None if agent is None else agent.tool_latency.spelling,
+        repeated=sessions.repeated,
     )
 
 

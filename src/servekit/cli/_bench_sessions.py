@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from servekit.bench.sessions import tool_validators
 from servekit.cli._values import parse_numbers, read_text_option
 from servekit.errors import UsageError
 from servekit.workload.datasets import parse_length
@@ -25,12 +26,15 @@ def sessions_input(opts: dict[str, Any], tools: tuple[dict[str, Any], ...]) -> S
     --conversations reads every conversation of the file (--turns caps their turns);
     --turns alone makes synthetic sessions of that many turns (--input-len new tokens per
     turn, --output-len per answer); --agent alone makes synthetic one-turn agent sessions.
-    Synthetic sessions number --sessions for each point of --concurrency and --rate.
+    Synthetic sessions number --sessions for each point of --concurrency and --rate. Every
+    tool's parameters are checked as a JSON schema first (sessions or not), before a run
+    directory exists.
 
     Raises:
-        UsageError: options sessions cannot honour, --agent without tools, a bad file or
-            delay.
+        UsageError: a tool whose parameters are not a JSON schema, options sessions cannot
+            honour, --agent without tools, a bad file or delay.
     """
+    tool_validators(tools)  # one line naming the tool and the schema's problem
     conversations, turns, agent = opts.get("conversations"), opts.get("turns"), opts.get("agent")
     if conversations is None and turns is None and not agent:
         if opts.get("sessions_per_point") is not None:
@@ -50,6 +54,9 @@ def sessions_input(opts: dict[str, Any], tools: tuple[dict[str, Any], ...]) -> S
     input_len = parse_length(str(opts.get("input_len") or 1024), "--input-len")
     output_len = parse_length(str(opts.get("output_len") or 128), "--output-len")
     rng = random.Random(opts.get("seed", 0))  # noqa: S311 - reproducible lengths
+    points = len(parse_numbers(opts.get("concurrency"), int, "--concurrency")) + len(
+        parse_numbers(opts.get("rate"), float, "--rate", allow_inf=True)
+    )
     if conversations is not None:
         text = read_text_option(conversations, "--conversations")
         plans = parse_conversations(
@@ -58,9 +65,6 @@ def sessions_input(opts: dict[str, Any], tools: tuple[dict[str, Any], ...]) -> S
         kind = "sharegpt" if text.lstrip("\ufeff \t\r\n").startswith("[") else "jsonl"
         source = f"{kind} {conversations}"
     else:
-        points = len(parse_numbers(opts.get("concurrency"), int, "--concurrency")) + len(
-            parse_numbers(opts.get("rate"), float, "--rate", allow_inf=True)
-        )
         count = per_point * max(1, points)
         plans = synthetic_sessions(count, turns or 1, input_len, output_len, rng)
         source = "synthetic"
@@ -77,6 +81,7 @@ def sessions_input(opts: dict[str, Any], tools: tuple[dict[str, Any], ...]) -> S
         )
         if agent
         else None,
+        points=max(1, points),
     )
 
 

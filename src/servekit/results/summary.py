@@ -125,6 +125,7 @@ class SessionsBlock(Document):
     tool_calls_per_session: float | None = None
     tool_args_invalid: int | None = None
     tool_args_invalid_rate: float | None = None  # invalid / tool calls
+    stopped: int = 0  # cut short by the point's deadline (session_end "stopped")
 
 
 class ScheduleBlock(Document):
@@ -230,6 +231,9 @@ class SessionInfo(Document):
     think_time: str | None = None  # the think-time distribution's spelling
     agent: bool = False
     tool_latency: str | None = None  # agent loops: the tool latency's spelling
+    # sessions the sweep sends beyond the distinct conversations: repeats, each with its
+    # own id (a#2) and a first message starting "[round 2] " (0: none repeated)
+    repeated: int = 0
 
 
 class Workload(Document):

@@ -7,6 +7,7 @@ the point's index, so the same seed gives the same records whatever else ran bef
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -54,13 +55,17 @@ class SimPointResult:
 def simulate_sweep(
     new_engine: Callable[[int], Engine], points: Sequence[AnyPoint], *, seed: int
 ) -> list[SimPointResult]:
-    """Run every point on a fresh engine built by `new_engine(point_seed)`."""
+    """Run every point on a fresh engine built by `new_engine(point_seed)`; a sessions
+    point draws its delays and arrivals from `seed` itself, as bench does."""
     results = []
     for index, point in enumerate(points):
         point_seed = seed * 1_000_003 + index
         engine = new_engine(point_seed)
-        run = run_point(engine, point, random.Random(point_seed))
-        results.append(SimPointResult(point, run, engine.stats))
+        seeded = point
+        if isinstance(point, SessionsPoint):
+            seeded = dataclasses.replace(point, seed=seed)
+        run = run_point(engine, seeded, random.Random(point_seed))
+        results.append(SimPointResult(seeded, run, engine.stats))
     return results
 
 

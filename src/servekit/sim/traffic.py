@@ -47,7 +47,14 @@ from servekit.sim.textgen import (
     tokenize,
     tool_call_pieces,
 )
-from servekit.workload.sessions import SessionPlan, SessionsSpec, draw_delay
+from servekit.workload.sessions import (
+    SessionPlan,
+    SessionsSpec,
+    arrival_rng,
+    draw_delay,
+    session_plan,
+    session_rng,
+)
 from servekit.workload.synthetic import arrival_offsets
 from servekit.workload.traces import MOONCAKE_BLOCK_TOKENS, Trace, TraceRequest, block_token_ids
 
@@ -74,7 +81,10 @@ class TracePoint:
 class SessionsPoint:
     """Sessions (or agent loops) at one load level: `concurrency` sessions at once, or
     sessions starting at `rate_rps` per second; the point runs `spec.sessions_per_point`
-    sessions, taken from `spec.sessions` from index `first` on (round again past the end)."""
+    sessions, those at positions `first`, `first + 1`, ... of the sweep
+    (`workload.sessions.session_plan`: past the plans' end, repeats with their own ids and
+    first messages). `seed` is the run's (`simulate_sweep` sets it): each session's delays
+    and the point's arrivals are drawn from it and their positions, as bench draws them."""
 
     label: str
     spec: SessionsSpec
@@ -83,6 +93,7 @@ class SessionsPoint:
     concurrency: int | None = None
     rate_rps: float | None = None
     arrival: str = "poisson"
+    seed: int = 0
 
 
 class _Fresh:
@@ -159,6 +170,7 @@ class _Session:
 
     id: str
     plan: SessionPlan
+    rng: random.Random  # its delays
     history: list[int] = field(default_factory=list)  # prompt and output ids so far
     prompt: list[int] = field(default_factory=list)  # the request in flight's prompt
     output: list[int] = field(default_factory=list)  # and its output ids
@@ -177,18 +189,10 @@ class SessionsTraffic:
     def __init__(self, point: SessionsPoint) -> None:
         self.point = point
         spec = point.spec
-        count = spec.sessions_per_point
-        plans = spec.sessions
-        self.plans = [plans[(point.first + j) % len(plans)] for j in range(count)]
-        self.ids = [
-            plan.id
-            if point.first + j < len(plans)
-            else f"{plan.id}#{(point.first + j) // len(plans)}"
-            for j, plan in enumerate(self.plans)
-        ]
+        positions = range(point.first, point.first + spec.sessions_per_point)
+        self.plans = [session_plan(spec.sessions, p) for p in positions]
         self.sessions: dict[int, _Session] = {}
         self.next_session = 0
-        self.rng = random.Random(0)
         self._fresh = _Fresh()
         agent = spec.agent
         self.tools = tuple(_tool_spec(t) for t in agent.tools) if agent else ()
@@ -197,22 +201,24 @@ class SessionsTraffic:
         )
 
     def start(self, start_ns: int, rng: random.Random) -> list[tuple[int, int]]:
-        """The first sessions: `concurrency` at once, or at the arrival times."""
-        self.rng = rng
+        """The first sessions: `concurrency` at once, or at the arrival times (of the
+        seed and `first`, not `rng`, as bench draws them)."""
         point, count = self.point, len(self.plans)
         if point.concurrency is not None:
             self.next_session = min(point.concurrency, count)
             return [(start_ns, j) for j in range(self.next_session)]
         assert point.rate_rps is not None
         self.next_session = count
-        offsets = arrival_offsets(point.arrival, point.rate_rps, count, rng)
+        arrivals = arrival_rng(point.seed, point.first)
+        offsets = arrival_offsets(point.arrival, point.rate_rps, count, arrivals)
         return [(start_ns + int(offset * NS), j) for j, offset in enumerate(offsets)]
 
     def request(self, rid: str, key: int) -> SimRequest:
         """The session's next request: its history and the new message."""
         s = self.sessions.get(key)
         if s is None:
-            s = self.sessions[key] = _Session(self.ids[key], self.plans[key])
+            plan, rng = self.plans[key], session_rng(self.point.seed, self.point.first + key)
+            s = self.sessions[key] = _Session(plan.id, plan, rng)
         turn = s.plan.turns[s.user_turn]
         limit = turn.output_len
         s.tool_call = False
@@ -298,7 +304,7 @@ class SessionsTraffic:
                 self.next_session += 1
         else:
             assert delay is not None
-            released.append((now_ns + round(draw_delay(delay, self.rng) * NS), key))
+            released.append((now_ns + round(draw_delay(delay, s.rng) * NS), key))
         return fields, released
 
 

@@ -5,19 +5,29 @@ messages and the assistant answers that really came back) plus its new user mess
 think time. An agent loop is a session whose model may call tools: the client answers each
 call after a tool latency and continues until the model answers without a tool call or the
 turn limit is reached.
+
+A sweep that needs more sessions than there are plans sends them again in rounds
+(`session_plan`): a repeat has its own id and a first message no earlier session began
+with, so its first turn is not a prefix-cache hit on the earlier round. Each session's
+delays, and a point's session arrivals, are drawn from RNGs of the run's seed and the
+session's (or point's) position only (`session_rng`, `arrival_rng`), so bench and the
+simulator, or two runs against different servers, draw the same ones.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from servekit import jsontext
 from servekit.errors import UsageError
 from servekit.workload.datasets import LengthSpec
+from servekit.workload.traces import numbered_lines
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +97,7 @@ class SessionsSpec:
         think_time: the wait before each turn after the first.
         sessions_per_point: sessions each load point runs.
         agent: set for agent loops.
+        points: load points of the sweep (to count the repeated sessions).
     """
 
     sessions: tuple[SessionPlan, ...]
@@ -94,6 +105,44 @@ class SessionsSpec:
     think_time: Delay
     sessions_per_point: int
     agent: AgentSpec | None = None
+    points: int = 1
+
+    @property
+    def repeated(self) -> int:
+        """Sessions the sweep sends beyond the distinct plans (rounds past the first)."""
+        return max(self.points * self.sessions_per_point - len(self.sessions), 0)
+
+
+ROUND_SEPARATOR = "#"
+"""Between a plan's id and its round in a repeated session's id (`a#2`); no plan id holds it."""
+
+
+def session_plan(plans: Sequence[SessionPlan], position: int) -> SessionPlan:
+    """The session sent at 0-based `position` of a sweep: plan `position % len(plans)`, as
+    is in its first round; in round k >= 2 with the id `{id}#k` and the first user message
+    starting with `[round k] `, so no earlier session shares its first turn (a synthetic
+    first turn stays None: its text or ids are made per session sent anyway)."""
+    plan = plans[position % len(plans)]
+    round_ = position // len(plans) + 1
+    if round_ == 1:
+        return plan
+    turns = plan.turns
+    if turns and turns[0].user is not None:
+        salted = dataclasses.replace(turns[0], user=f"[round {round_}] {turns[0].user}")
+        turns = (salted, *turns[1:])
+    return SessionPlan(f"{plan.id}{ROUND_SEPARATOR}{round_}", turns, plan.system)
+
+
+def session_rng(seed: int, position: int) -> random.Random:
+    """The RNG of the delays (think times, tool latencies) of the session at 0-based
+    `position` of a sweep: of the seed and the position only."""
+    return random.Random(f"servekit-session:{seed}:{position}")  # noqa: S311 - reproducible
+
+
+def arrival_rng(seed: int, first: int) -> random.Random:
+    """The RNG of an open-loop point's session arrivals; `first` is the position of its
+    first session (a sweep's points take consecutive positions)."""
+    return random.Random(f"servekit-session-arrivals:{seed}:{first}")  # noqa: S311
 
 
 DELAY_KINDS = ("fixed", "exponential", "uniform")
@@ -156,9 +205,12 @@ def parse_conversations(
 
     ShareGPT: each human turn is a user turn whose output length is the word count of the
     gpt turn after it (`default_output_len` when none follows); a system turn becomes the
-    system message; conversations with no human turn are left out. JSONL: one conversation
-    per line, `{"id"?, "system"?, "turns": [{"user": ..., "output_len"?: ...}]}` or
-    `{"id"?, "messages": [{"role": ..., "content": ...}]}`.
+    system message; conversations with no human turn are left out; ids are made distinct
+    (a missing one is the index in the list, a repeat gets `~2`, `~3`, ...; "#" becomes
+    "_"). JSONL: one conversation per line (split at line feeds only),
+    `{"id"?, "system"?, "turns": [{"user": ..., "output_len"?: ...}]}` or
+    `{"id"?, "messages": [{"role": ..., "content": ...}]}`; an id (the line number by
+    default) another line has, or one holding "#", is an error.
 
     Args:
         text: the file's text.
@@ -195,7 +247,7 @@ def _sharegpt_sessions(text: str, where: str, default_output_len: int) -> list[S
         ) from None
     if not isinstance(rows, list):
         raise UsageError(f"{where}: a ShareGPT file is a JSON list", fix=_SHAREGPT_EXAMPLE)
-    plans = []
+    found: list[tuple[Any, int, tuple[Turn, ...], str | None]] = []
     for index, row in enumerate(rows):
         messages = row.get("conversations") if isinstance(row, dict) else None
         if not isinstance(messages, list):
@@ -208,9 +260,38 @@ def _sharegpt_sessions(text: str, where: str, default_output_len: int) -> list[S
         system = next((v for role, v in pairs if role == "system" and v), None)
         turns = _turns(pairs, _USER_ROLES, _ASSISTANT_ROLES, default_output_len)
         if turns:
-            name = row.get("id")
-            plans.append(SessionPlan(name if isinstance(name, str) else str(index), turns, system))
-    return plans
+            found.append((row.get("id"), index, turns, system))
+    ids = _unique_ids([(name, index) for name, index, _, _ in found])
+    return [
+        SessionPlan(name, turns, system)
+        for name, (_, _, turns, system) in zip(ids, found, strict=True)
+    ]
+
+
+def _unique_ids(rows: Sequence[tuple[Any, int]]) -> list[str]:
+    """Distinct session ids for ShareGPT rows of (id, index in the list): a non-empty string
+    id is kept (its "#" made "_": the round separator), the first time it appears; a row
+    without one is named by its index; a repeat, or an index another row's id already
+    holds, gets the first free `~2`, `~3`, ... suffix. The same rows give the same ids."""
+    names = [
+        name.replace(ROUND_SEPARATOR, "_") if isinstance(name, str) and name else None
+        for name, _ in rows
+    ]
+    reserved = {name for name in names if name is not None}
+    taken: set[str] = set()
+    out = []
+    for name, (_, index) in zip(names, rows, strict=True):
+        if name is not None and name not in taken:
+            chosen = name
+        else:
+            base = name if name is not None else str(index)
+            chosen, suffix = base, 1
+            while chosen in reserved or chosen in taken:
+                suffix += 1
+                chosen = f"{base}~{suffix}"
+        taken.add(chosen)
+        out.append(chosen)
+    return out
 
 
 _SHAREGPT_EXAMPLE = '[{"id": "a", "conversations": [{"from": "human", "value": "Hi"}]}]'
@@ -239,8 +320,8 @@ _JSONL_EXAMPLE = '{"id": "a", "turns": [{"user": "Hi", "output_len": 64}, {"user
 
 def _jsonl_sessions(text: str, where: str, default_output_len: int) -> list[SessionPlan]:
     plans = []
-    seen: dict[str, int] = {}
-    for number, line in enumerate(text.lstrip("\ufeff").splitlines(), start=1):
+    seen: dict[str, tuple[int, bool]] = {}  # id -> its line, and whether the line gave it
+    for number, line in numbered_lines(text.lstrip("\ufeff")):
         if not line.strip():
             continue
         loc = f"{where}:{number}"
@@ -255,15 +336,7 @@ def _jsonl_sessions(text: str, where: str, default_output_len: int) -> list[Sess
             raise UsageError(
                 f"{loc}: each line must be a JSON object", fix="e.g. " + _JSONL_EXAMPLE
             )
-        name = row.get("id", str(number))
-        if not isinstance(name, str) or not name:
-            raise UsageError(f"{loc}: id {name!r} must be a non-empty string", fix='e.g. "id": "a"')
-        if name in seen:
-            raise UsageError(
-                f"{loc}: id {name!r} is line {seen[name]}'s too",
-                fix="give every conversation its own id",
-            )
-        seen[name] = number
+        name = _jsonl_id(row, number, loc, seen)
         if "turns" in row:
             system, turns = _system(row, loc), _listed_turns(row["turns"], loc, default_output_len)
         elif "messages" in row:
@@ -274,6 +347,28 @@ def _jsonl_sessions(text: str, where: str, default_output_len: int) -> list[Sess
             )
         plans.append(SessionPlan(name, turns, system))
     return plans
+
+
+def _jsonl_id(row: dict[str, Any], number: int, loc: str, seen: dict[str, tuple[int, bool]]) -> str:
+    """A JSONL conversation's id (its line number by default), refused when another line
+    has it or it holds the round separator; kept in `seen`."""
+    given = "id" in row
+    name = row["id"] if given else str(number)
+    if not isinstance(name, str) or not name:
+        raise UsageError(f"{loc}: id {name!r} must be a non-empty string", fix='e.g. "id": "a"')
+    if ROUND_SEPARATOR in name:
+        raise UsageError(
+            f"{loc}: id {name!r} holds {ROUND_SEPARATOR!r}, which marks a repeated session's "
+            "round (a#2)",
+            fix="use another character in the id, e.g. '-' or '_'",
+        )
+    if name in seen:
+        line, was_given = seen[name]
+        this = f"id {name!r}" if given else f"default id {name!r} (its line number)"
+        other = f"line {line}'s" if was_given else f"line {line}'s default id (its line number)"
+        raise UsageError(f"{loc}: {this} is {other} too", fix="give every conversation its own id")
+    seen[name] = (number, given)
+    return name
 
 
 def _system(row: dict[str, Any], loc: str) -> str | None:

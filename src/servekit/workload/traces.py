@@ -308,8 +308,10 @@ def _example(fmt: str) -> str:
     }[fmt]
 
 
-def _lines(text: str) -> Iterator[tuple[int, str]]:
-    """Numbered lines of `text` without copying it whole (a 1 GB trace stays 1 GB)."""
+def numbered_lines(text: str) -> Iterator[tuple[int, str]]:
+    """Numbered lines of `text`, split at line feeds only (never at U+2028, U+0085 or a form
+    feed, which a JSON string may hold), a carriage return before one dropped, without
+    copying the text whole (a 1 GB trace stays 1 GB)."""
     start, number, size = 0, 0, len(text)
     while start < size:
         end = text.find("\n", start)
@@ -324,7 +326,7 @@ def _lines(text: str) -> Iterator[tuple[int, str]]:
 
 def _json_rows(text: str, where: str, spec: _Format, block_tokens: int) -> Iterator[_Row]:
     needs_hashes = spec is _FORMATS["mooncake"]
-    for number, line in _lines(text.lstrip("\ufeff")):
+    for number, line in numbered_lines(text.lstrip("\ufeff")):
         if not line.strip():
             continue
         loc = f"{where}:{number}"
@@ -404,7 +406,7 @@ def _hash_ids(
 
 def _csv_rows(text: str, where: str, spec: _Format, block_tokens: int) -> Iterator[_Row]:
     del block_tokens  # CSV traces carry no hash ids
-    lines = (line for _, line in _lines(text.lstrip("\ufeff")))
+    lines = (line for _, line in numbered_lines(text.lstrip("\ufeff")))
     reader = csv.reader(lines)
     header = next(reader, None)
     while header is not None and not any(cell.strip() for cell in header):
