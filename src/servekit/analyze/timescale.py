@@ -9,11 +9,20 @@ in wall-clock nanoseconds.
 
 from __future__ import annotations
 
-from servekit.results.summary import ServerBlock, Summary, SummaryPoint
+from servekit.results.summary import (
+    ScheduleBlock,
+    ServerBlock,
+    SessionsBlock,
+    Summary,
+    SummaryPoint,
+    TurnBlock,
+)
 
 
 def _scale_point(point: SummaryPoint, time_scale: float) -> SummaryPoint:
-    """Times (durations, latencies, TTFT, ITL, TPOT) / time_scale; rates x time_scale."""
+    """Times (durations, latencies, TTFT, ITL, TPOT, per-turn and per-session times, send
+    lags and their bound) / time_scale; rates x time_scale; token counts (prefix cache) as
+    measured."""
     slower, faster = 1 / time_scale, time_scale
     return SummaryPoint(
         concurrency=point.concurrency,
@@ -37,6 +46,40 @@ def _scale_point(point: SummaryPoint, time_scale: float) -> SummaryPoint:
         goodput_fraction=point.goodput_fraction,
         server=_scale_server(point.server, time_scale),
         client=point.client,
+        prefix_cache=point.prefix_cache,
+        turns=None if point.turns is None else [_scale_turn(t, slower) for t in point.turns],
+        sessions=_scale_sessions(point.sessions, time_scale),
+        schedule=_scale_schedule(point.schedule, slower),
+    )
+
+
+def _scale_turn(turn: TurnBlock, slower: float) -> TurnBlock:
+    return turn.model_copy(
+        update={"ttft_ms": turn.ttft_ms.scaled(slower), "itl_ms": turn.itl_ms.scaled(slower)}
+    )
+
+
+def _scale_sessions(sessions: SessionsBlock | None, time_scale: float) -> SessionsBlock | None:
+    if sessions is None:
+        return None
+    per_s = sessions.turns_per_s
+    return sessions.model_copy(
+        update={
+            "duration_s": sessions.duration_s.scaled(1 / time_scale),
+            "turns_per_s": None if per_s is None else per_s * time_scale,
+        }
+    )
+
+
+def _scale_schedule(schedule: ScheduleBlock | None, slower: float) -> ScheduleBlock | None:
+    """Send lags and their bound alike, so the point's validity is the measured one."""
+    if schedule is None:
+        return None
+    return schedule.model_copy(
+        update={
+            "lag_ms": schedule.lag_ms.scaled(slower),
+            "max_lag_ms_p99": schedule.max_lag_ms_p99 * slower,
+        }
     )
 
 
