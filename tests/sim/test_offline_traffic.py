@@ -311,3 +311,16 @@ def test_a_send_is_at_its_arrival_time_even_mid_step() -> None:
     assert second.first_token_ns - second.sent_ns > (  # type: ignore[operator]
         alone.records[0].first_token_ns - alone.records[0].sent_ns  # type: ignore[operator]
     )
+
+
+def test_a_long_run_of_refused_sessions_does_not_recurse() -> None:
+    # Each refused first turn ends its session, which starts the next one at once: 3000 of
+    # them in a row once went one stack frame deeper per session (RecursionError).
+    plans = tuple(SessionPlan(f"s{i}", (Turn(None, 10, 700), Turn(None, 10, 10))) for i in range(3))
+    spec = SessionsSpec(plans, "synthetic", Delay(0.5), 3000)
+    run = run_point(
+        engine(max_model_len=600), SessionsPoint("c=2", spec, concurrency=2), random.Random(0)
+    )
+    assert len(run.records) == 3000
+    assert all(r.session_end == "failed" and r.turn == 1 for r in run.records)
+    assert [r.id for r in run.records] == [f"c=2-{i}" for i in range(3000)]
