@@ -9,8 +9,7 @@ capped (`max_requests`). A bad file is one `UsageError` naming the file, line an
 The text is read one line at a time and reading stops at the end of the window or the cap,
 so a large trace costs the requests replayed, not the file. `implied_hits` says how many
 prompt tokens a prefix cache should find for each request (the definition is in
-docs/workloads.md); `block_token_ids` turns a hash id into the same block
-of tokens every time it appears.
+docs/workloads.md).
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ import calendar
 import csv
 import json
 import math
-import random
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -242,18 +240,6 @@ def implied_hit_rate(trace: Trace, *, granule: int = 1) -> float | None:
         return None
     prompt = sum(r.input_len for r in trace.requests)
     return sum(implied_hits(trace, granule=granule)) / prompt if prompt else None
-
-
-def block_token_ids(hash_id: int, count: int, vocab: int, salt: int = 0) -> tuple[int, ...]:
-    """The first `count` token ids of the block a hash id names, each in `[0, vocab)`.
-
-    The same id (and salt) always gives the same tokens, and a shorter block is a prefix of
-    a longer one, so a partial last block equals the start of the full block.
-    """
-    if count < 0 or vocab < 1:
-        raise ValueError(f"block of {count} tokens from a vocabulary of {vocab}")
-    rng = random.Random(f"servekit-block:{salt}:{hash_id}")  # noqa: S311 - reproducible blocks
-    return tuple(rng.randrange(vocab) for _ in range(count))
 
 
 def _check_window(
