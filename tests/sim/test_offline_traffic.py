@@ -23,7 +23,7 @@ from servekit.sim.engine import Engine, EngineLimits
 from servekit.sim.offline import LoadPoint, run_point
 from servekit.sim.sweep import simulate_sweep
 from servekit.sim.textgen import tokenize
-from servekit.sim.traffic import SessionsPoint, TracePoint
+from servekit.sim.traffic import SessionsPoint, TracePoint, TraceTraffic, block_ids
 from servekit.workload.sessions import AgentSpec, Delay, SessionPlan, SessionsSpec, Turn
 from servekit.workload.synthetic import arrival_offsets
 from servekit.workload.traces import Trace, TraceRequest, implied_hit_rate, implied_hits
@@ -329,8 +329,6 @@ def test_a_long_run_of_refused_sessions_does_not_recurse() -> None:
 def test_trace_block_ids_are_computed_ranges_apart_from_every_other_id() -> None:
     """A hash id's block is its own range of negative ids (any int, huge or negative, has
     one); a partial block is its start; text and fresh ids are non-negative."""
-    from servekit.sim.traffic import TraceTraffic, block_ids
-
     ids = (-3, -2, -1, 0, 1, 2, 3, 10**30)
     blocks = [block_ids(h, 512) for h in ids]
     assert all(len(b) == 512 and max(b) < 0 for b in blocks)
@@ -346,5 +344,6 @@ def test_trace_block_ids_are_computed_ranges_apart_from_every_other_id() -> None
     first = list(traffic.request("a", 0).token_ids or ())
     second = list(traffic.request("b", 1).token_ids or ())
     assert first == [*block_ids(7, 512), *block_ids(-5, 512)[:488]]
-    assert second[:512] == first[:512] and second[512:] == list(block_ids(8, 512)[:88])
+    assert second[:512] == first[:512]
+    assert second[512:] == list(block_ids(8, 512)[:88])
     assert not hasattr(traffic, "_blocks")  # nothing cached per hash id
