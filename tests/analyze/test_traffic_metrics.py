@@ -26,7 +26,7 @@ from servekit.bench.store import RUN_INFO_FILE
 from servekit.bench.summary import bench_summary
 from servekit.records import RequestRecord
 from servekit.results.run_info import load_run_info
-from servekit.results.summary import ServerBlock, SummaryPoint, Target, Workload
+from servekit.results.summary import ServerBlock, Summary, SummaryPoint, Target, Workload
 from servekit.workload.sessions import AgentSpec, Delay, SessionPlan, SessionsSpec, Turn
 from servekit.workload.traces import Trace, TraceRequest
 
@@ -389,3 +389,61 @@ def test_point_columns_name_a_replay_and_show_traffic_where_present() -> None:
     plain = point_to_json(point_metrics([rec("p", 0, (5, 6))]), concurrency=1, rate_rps=None)
     assert traffic_headers([plain]) == []
     assert traffic_rows([plain]) == []
+
+
+def session_run(records: list[RequestRecord], hits: int) -> Summary:
+    """A one-point run (c=2) of these session records, the server finding `hits` of 1000."""
+    metrics = point_metrics(records)
+    server = ServerBlock(prefix_cache_queries=1000, prefix_cache_hits=hits)
+    point = point_to_json(metrics, concurrency=2, rate_rps=None, server=server)
+    point = with_traffic(point, traffic_blocks(records, server, duration_s=metrics.duration_s))
+    return summary_document(servekit_version="0", started_at="now",
+                            target=Target(url=None, model="m", server_version=None, profile=None),
+                            workload=Workload(input_len=1, output_len=1, temperature=0.0,
+                                              requests_per_point=4, seed=0),
+                            points=[point])  # fmt: skip
+
+
+def with_invalid_rate(run: Summary, rate: float) -> Summary:
+    point = run.points[0]
+    assert point.sessions is not None
+    sessions = point.sessions.model_copy(update={"tool_args_invalid_rate": rate})
+    return run.model_copy(update={"points": [point.model_copy(update={"sessions": sessions})]})
+
+
+def test_compare_judges_shares_by_percentage_points_even_from_zero() -> None:
+    """Caching off (0 hits) against on, and invalid tool arguments 0 -> 30%, get verdicts
+    (a relative change from 0 has none); a share that moved by 1 point or less is noise,
+    however large its relative change; a time still moves by the 2% rule."""
+    off = with_invalid_rate(session_run(two_turn_sessions(), 0), 0.0)
+    on = with_invalid_rate(session_run(two_turn_sessions(), 300), 0.3)
+    deltas = compare_runs(off, on).points[0].deltas
+    hit = deltas["prefix_cache.server_hit_rate"]
+    assert (hit.a, hit.b, hit.delta_pp, hit.delta_pct, hit.verdict) == (0.0, 0.3, 30.0, None,
+                                                                        "better")  # fmt: skip
+    invalid = deltas["sessions.tool_args_invalid_rate"]
+    assert (invalid.delta_pp, invalid.verdict) == (30.0, "worse")
+    assert deltas["sessions.turns_per_s"].delta_pp is None  # a count: relative
+    small = compare_runs(session_run(two_turn_sessions(), 50), session_run(two_turn_sessions(), 58))
+    hit = small.points[0].deltas["prefix_cache.server_hit_rate"]
+    assert (hit.delta_pp, hit.delta_pct, hit.verdict) == (0.8, 16.0, "within noise")
+    assert "delta_pp" not in small.points[0].deltas["turns.first.ttft_ms.mean"].as_json()
+
+
+def test_last_turn_ttft_compares_the_highest_turn_both_runs_reached() -> None:
+    """A reaches turn 3, B turn 2: the last-turn figure is turn 2 of both, and says so; the
+    report's traffic table names the turn every point reached."""
+    longer = [
+        *two_turn_sessions()[:3],
+        rec("b2", 110, (150, 160), session="b", turn=2, prompt=1000, cached=512),
+        rec("b3", 200, (290, 300), session="b", turn=3, prompt=1500, cached=1024, end="completed"),
+    ]
+    run_a, run_b = session_run(longer, 0), session_run(two_turn_sessions(), 0)
+    last = compare_runs(run_a, run_b).points[0].deltas["turns.last.ttft_ms.mean"]
+    assert (last.turn, last.a, last.b, last.verdict) == (2, 30.0, 30.0, "within noise")
+    points = [run_a.points[0], run_b.points[0]]
+    assert "turn 2 TTFT ms" in traffic_headers(points)
+    assert "turn 3 TTFT ms" in traffic_headers(points[:1])
+    assert traffic_rows(points[:1])[0][traffic_headers(points[:1]).index("turn 3 TTFT ms")] == (
+        "90.0"
+    )

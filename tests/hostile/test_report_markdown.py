@@ -85,3 +85,30 @@ def test_summary_md_keeps_the_servers_model_name_literal(hostile_run: Path) -> N
     assert not [t for t in tokens if t.type in ("image", "link_open", "html_inline")]
     header = next(t for t in tokens if t.type == "inline")
     assert header.content.startswith("servekit bench: m3 \\!\\[t\\]")
+
+
+def test_dollar_signs_in_run_and_model_names_plot_as_text(tmp_path: Path) -> None:
+    """Run directories and a model name with `$` (matplotlib's mathtext marker, and a bad
+    expression between two of them) go through the real report build, with --compare and
+    the turn plot: every plot is written and the names stay literal in the page."""
+    runs = []
+    for name in (r"a$\frac$", "b$x$"):
+        run = tmp_path / name
+        result = CliRunner().invoke(cli, ["sim", "run", "--profile", PROFILE, "--concurrency",
+                                          "1,2", "--turns", "2", "--sessions", "2",
+                                          "--input-len", "64", "--output-len", "8",
+                                          "--out", str(run)])  # fmt: skip
+        assert result.exit_code == 0, result.stderr
+        doc = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+        doc["target"]["model"] = "m$\\sqrt{$"
+        (run / "summary.json").write_text(json.dumps(doc), encoding="utf-8")
+        runs.append(str(run))
+    out = tmp_path / "report"
+    result = CliRunner().invoke(
+        cli, ["report", *runs, "--compare", *runs, "--out", str(out), "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    plots = sorted(p.name for p in out.glob("*.png"))
+    assert {"ab_deltas.png", "ttft_by_turn.png"} <= set(plots)
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert r"B = b$x$ against A = a$\frac$" in page

@@ -121,7 +121,8 @@ def test_compare_of_two_replays_shows_the_traffic_figures(tmp_path: Path) -> Non
     page = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
     assert "traffic figures, A and B" in page
     assert "<td>trace</td><td>schedule.lag_ms.p99</td>" in page
-    assert "<td>c=2</td><td>prefix_cache.server_hit_rate</td><td>0.3200</td><td>0.3200</td>" in page
+    hit = "<td>c=2</td><td>prefix_cache.server_hit_rate</td><td>32.0%</td><td>32.0%</td>"
+    assert hit + "<td>+0.0 pp (within noise)</td>" in page
 
 
 def test_terminal_compare_table_shows_traffic_figures_side_by_side(tmp_path: Path) -> None:
@@ -134,7 +135,10 @@ def test_terminal_compare_table_shows_traffic_figures_side_by_side(tmp_path: Pat
     console.print(compare_table(compare_runs(a, b).points, title="t"))
     text = console.export_text()
     assert "server hit A -> B" in text
-    assert "0.32 -> 0.32" in text
+    assert "32.0% -> 32.0%" in text  # a share in percent
+    assert "turns/s A -> B" in text
+    assert "26.67 -> 26.67" in text
+    assert "25 -> 25 (turn 2)" in text  # the last turn both runs have, named
     assert "lag p99 ms A -> B" in text
     console = Console(width=400, record=True)
     console.print(compare_table(compare_runs(plain, plain).points, title="t"))

@@ -23,7 +23,7 @@ from servekit.sim.engine import Engine, EngineLimits
 from servekit.sim.offline import LoadPoint, run_point
 from servekit.sim.sweep import simulate_sweep
 from servekit.sim.textgen import tokenize
-from servekit.sim.traffic import SessionsPoint, TracePoint
+from servekit.sim.traffic import SessionsPoint, TracePoint, TraceTraffic, block_ids
 from servekit.workload.sessions import AgentSpec, Delay, SessionPlan, SessionsSpec, Turn
 from servekit.workload.synthetic import arrival_offsets
 from servekit.workload.traces import Trace, TraceRequest, implied_hit_rate, implied_hits
@@ -327,3 +327,39 @@ def test_a_send_is_at_its_arrival_time_even_mid_step() -> None:
     assert second.first_token_ns - second.sent_ns > (  # type: ignore[operator]
         alone.records[0].first_token_ns - alone.records[0].sent_ns  # type: ignore[operator]
     )
+
+
+def test_a_long_run_of_refused_sessions_does_not_recurse() -> None:
+    # Each refused first turn ends its session, which starts the next one at once: 3000 of
+    # them in a row once went one stack frame deeper per session (RecursionError).
+    plans = tuple(SessionPlan(f"s{i}", (Turn(None, 10, 700), Turn(None, 10, 10))) for i in range(3))
+    spec = SessionsSpec(plans, "synthetic", Delay(0.5), 3000)
+    run = run_point(
+        engine(max_model_len=600), SessionsPoint("c=2", spec, concurrency=2), random.Random(0)
+    )
+    assert len(run.records) == 3000
+    assert all(r.session_end == "failed" and r.turn == 1 for r in run.records)
+    assert [r.id for r in run.records] == [f"c=2-{i}" for i in range(3000)]
+
+
+def test_trace_block_ids_are_computed_ranges_apart_from_every_other_id() -> None:
+    """A hash id's block is its own range of negative ids (any int, huge or negative, has
+    one); a partial block is its start; text and fresh ids are non-negative."""
+    ids = (-3, -2, -1, 0, 1, 2, 3, 10**30)
+    blocks = [block_ids(h, 512) for h in ids]
+    assert all(len(b) == 512 and max(b) < 0 for b in blocks)
+    assert len(set().union(*blocks)) == 512 * len(ids)  # pairwise disjoint
+    assert block_ids(7, 512) == block_ids(7, 512)
+    trace = Trace(
+        "t.jsonl",
+        "mooncake",
+        (TraceRequest(0.0, 1000, 4, (7, -5), 1), TraceRequest(1.0, 600, 4, (7, 8), 2)),
+        block_tokens=512,
+    )
+    traffic = TraceTraffic(TracePoint("trace", trace))
+    first = list(traffic.request("a", 0).token_ids or ())
+    second = list(traffic.request("b", 1).token_ids or ())
+    assert first == [*block_ids(7, 512), *block_ids(-5, 512)[:488]]
+    assert second[:512] == first[:512]
+    assert second[512:] == list(block_ids(8, 512)[:88])
+    assert not hasattr(traffic, "_blocks")  # nothing cached per hash id

@@ -14,7 +14,6 @@ from servekit.errors import UsageError
 from servekit.workload.traces import (
     Trace,
     TraceRequest,
-    block_token_ids,
     implied_hit_rate,
     implied_hits,
     load_trace,
@@ -380,22 +379,6 @@ def test_implied_hits_invariants(rows: list[tuple[int, list[int]]]) -> None:
         second == (min(n - 1, len(ids) * block) if ids else 0)
         for (n, ids), second in zip(requests, again[len(requests) :], strict=True)
     )
-
-
-# ---- block contents
-
-
-def test_block_token_ids_are_deterministic_and_prefix_stable() -> None:
-    """The same id gives the same tokens; a partial block is the full block's start."""
-    full = block_token_ids(42, 512, 32000)
-    assert full == block_token_ids(42, 512, 32000)
-    assert block_token_ids(42, 100, 32000) == full[:100]
-    assert block_token_ids(43, 512, 32000) != full
-    assert block_token_ids(42, 512, 32000, salt=1) != full
-    assert all(0 <= t < 32000 for t in full)
-    assert block_token_ids(1, 0, 10) == ()
-    with pytest.raises(ValueError, match="vocabulary of 0"):
-        block_token_ids(1, 4, 0)
 
 
 # ---- the sample files in examples/traces

@@ -8,17 +8,21 @@ difference counts when the two 95% bootstrap intervals of the statistic do not o
 output throughput has no interval of its own, so in a closed loop (throughput = concurrency x
 output tokens / mean latency) it takes the relative width of the mean latency's interval;
 a statistic without an interval counts when it moved more than 2%. The traffic figures
-(prefix-cache hit rates, per-turn TTFT, session completion, invalid tool arguments, schedule
-lag) are compared where either point has them, by that 2% rule.
+(`traffic_figures.TRAFFIC_FIGURES`: prefix-cache hit rates, per-turn TTFT, session
+completion, turns per second, invalid tool arguments, schedule lag) are compared where
+either point has them, without intervals: a share (kind `rate`) by its difference in
+percentage points, which counts beyond 1 point; a time or a count by the 2% rule. The
+last-turn TTFT is the highest turn index both points have, named in the delta's `turn`.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
+from servekit.analyze.traffic_figures import TRAFFIC_FIGURES, Kind, last_common_turn
 from servekit.profiles.schema import Profile
 from servekit.results.compare import (
     COMPARE_VERSION,
@@ -33,6 +37,12 @@ from servekit.results.compare import (
 from servekit.results.summary import Stat, Summary, SummaryPoint
 
 NOISE_PCT = 2.0
+# A share (hit rate, completion, invalid tool arguments) moved when it changed by more than
+# this many percentage points: vLLM counts prefix hits in its own blocks, so a run's hit
+# rate can differ from what the prompts imply by up to a block per request (about 1 point
+# for 16-token blocks of 1,600-token prompts), and a point over a few hundred requests or
+# sessions resolves a share no finer than a fraction of a point.
+NOISE_PP = 1.0
 # Speculation is worth enabling at a load only when it raises throughput by at least this
 # much: its draft weights and draft KV cache take GPU memory the target's KV cache could use,
 # and the draft adds a failure surface; a gain smaller than this does not pay for that.
@@ -49,37 +59,6 @@ METRICS: tuple[tuple[str, Stat | None, bool], ...] = (
     ("per_stream_tok_s", "mean", True),
 )
 
-TrafficGetter = Callable[[SummaryPoint], float | None]
-
-
-def _first_turn_ttft(point: SummaryPoint) -> float | None:
-    return point.turns[0].ttft_ms.mean if point.turns else None
-
-
-def _last_turn_ttft(point: SummaryPoint) -> float | None:
-    return point.turns[-1].ttft_ms.mean if point.turns else None
-
-
-def _completion(point: SummaryPoint) -> float | None:
-    s = point.sessions
-    return round(s.completed / s.sessions, 6) if s is not None and s.sessions else None
-
-
-# The traffic figures: name (the deltas key), how to read it, higher is better.
-TRAFFIC_METRICS: tuple[tuple[str, TrafficGetter, bool], ...] = (
-    ("prefix_cache.server_hit_rate",
-     lambda p: p.prefix_cache.server_hit_rate if p.prefix_cache else None, True),
-    ("prefix_cache.client_hit_rate",
-     lambda p: p.prefix_cache.client_hit_rate if p.prefix_cache else None, True),
-    ("turns.first.ttft_ms.mean", _first_turn_ttft, False),
-    ("turns.last.ttft_ms.mean", _last_turn_ttft, False),
-    ("sessions.completed_fraction", _completion, True),
-    ("sessions.turns_per_s", lambda p: p.sessions.turns_per_s if p.sessions else None, True),
-    ("sessions.tool_args_invalid_rate",
-     lambda p: p.sessions.tool_args_invalid_rate if p.sessions else None, False),
-    ("schedule.lag_ms.p99", lambda p: p.schedule.lag_ms.p99 if p.schedule else None, False),
-)  # fmt: skip
-
 
 @dataclass(frozen=True, slots=True)
 class Delta:
@@ -90,10 +69,14 @@ class Delta:
     b: float | None
     delta_pct: float | None
     verdict: Verdict
+    delta_pp: float | None = None  # a share's change in percentage points
+    turn: int | None = None  # the turn index a per-turn figure compares
 
     def to_block(self) -> DeltaBlock:
         """The compare --json form of this delta."""
-        return DeltaBlock(a=self.a, b=self.b, delta_pct=self.delta_pct, verdict=self.verdict)
+        block = DeltaBlock(a=self.a, b=self.b, delta_pct=self.delta_pct, verdict=self.verdict)
+        extra = {"delta_pp": self.delta_pp, "turn": self.turn}  # optional keys: set or absent
+        return block.model_copy(update={k: v for k, v in extra.items() if v is not None})
 
 
 Load = tuple[Literal["concurrency", "rate_rps", "trace"], float]
@@ -155,15 +138,31 @@ def delta(
     return Delta(metric, a, b, round(pct, 2), verdict)
 
 
-def traffic_delta(metric: str, a: float | None, b: float | None, higher_better: bool) -> Delta:
-    """The change of one traffic figure from A to B (no intervals: the 2% rule)."""
-    if a is None or b is None or a == 0:
-        return Delta(metric, a, b, None, "n/a")
-    pct = (b - a) / abs(a) * 100
+def traffic_delta(
+    metric: str,
+    a: float | None,
+    b: float | None,
+    higher_better: bool,
+    kind: Kind,
+    *,
+    turn: int | None = None,
+) -> Delta:
+    """The change of one traffic figure from A to B (no intervals): a share (`rate`) by
+    percentage points beyond `NOISE_PP`, a time or count by the relative 2% rule."""
+    if a is None or b is None:
+        return Delta(metric, a, b, None, "n/a", turn=turn)
+    pct = round((b - a) / abs(a) * 100, 2) if a else None
     verdict: Verdict = "better" if (b > a) == higher_better else "worse"
+    if kind == "rate":
+        pp = round((b - a) * 100, 2)
+        if abs(pp) <= NOISE_PP:
+            verdict = "within noise"
+        return Delta(metric, a, b, pct, verdict, delta_pp=pp, turn=turn)
+    if pct is None:  # a time or count from 0 has no relative change
+        return Delta(metric, a, b, None, "n/a", turn=turn)
     if abs(pct) <= NOISE_PCT:
         verdict = "within noise"
-    return Delta(metric, a, b, round(pct, 2), verdict)
+    return Delta(metric, a, b, pct, verdict, turn=turn)
 
 
 def untrusted(point: SummaryPoint) -> str | None:
@@ -347,10 +346,13 @@ def compare_runs(
         for key, stat, higher in METRICS:
             name = key if stat is None else f"{key}.{stat}"
             deltas[name] = delta(name, pa, pb, key, stat, higher).to_block()
-        for name, get, higher in TRAFFIC_METRICS:
-            a, b = get(pa), get(pb)
+        common = last_common_turn(pa, pb)
+        for f in TRAFFIC_FIGURES:
+            turn = common if f.per_turn else None  # None: no turn both points have
+            a, b = f.get(pa, turn), f.get(pb, turn)
             if a is not None or b is not None:
-                deltas[name] = traffic_delta(name, a, b, higher).to_block()
+                deltas[f.name] = traffic_delta(f.name, a, b, f.higher_better, f.kind,
+                                               turn=turn).to_block()  # fmt: skip
         value = load[1] if load[0] != "trace" else _replay_requests(pa)
         rows.append(CompareRow(load=_label(load), load_kind=load[0], load_value=value,
                                deltas=deltas, excluded=_excluded(pa, pb)))  # fmt: skip

@@ -10,16 +10,19 @@ The brief table (terminal and summary.md) is the deployment's table: concurrency
 tok/s and mean latency, plus the timing columns; the report adds p99 latency, acceptance
 length, completed and valid, with thousands separators and more digits. The report's
 traffic table (`traffic_headers`, `traffic_rows`) has only the traffic columns some point
-of the run fills: prefix-cache hit rates, first- and last-turn TTFT, sessions, invalid tool
-arguments, schedule lag.
+of the run fills: prefix-cache hit rates, turn-1 TTFT and the TTFT of the highest turn
+every point with turns reached (its header names the turn), sessions, turns per second,
+invalid tool arguments, schedule lag; the shared figures read as `traffic_figures` does.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from servekit.analyze.traffic_figures import last_common_turn, traffic_figure, turn_ttft
 from servekit.results.summary import SummaryPoint
 
 Point = SummaryPoint
@@ -186,8 +189,10 @@ def _traffic(name: str, header: str, get: Getter, fmt: Callable[[object], str]) 
     return PointColumn(name, {"report": Shown(header, _value(get, fmt))})
 
 
-def _turn_ttft(point: Point, index: int) -> float | None:
-    return point.turns[index].ttft_ms.mean if point.turns else None
+def _figure(name: str) -> Getter:
+    """The reader of a shared traffic figure (`traffic_figures.TRAFFIC_FIGURES`)."""
+    get = traffic_figure(name).get
+    return lambda p: get(p, None)
 
 
 def _sessions_done(point: Point) -> str | None:
@@ -202,36 +207,46 @@ def _sessions_done(point: Point) -> str | None:
     return f"{s.completed}/{s.sessions}{limit}{failed}{stopped}"
 
 
-TRAFFIC_COLUMNS: tuple[tuple[PointColumn, Getter], ...] = tuple(
-    (_traffic(name, header, get, fmt), get)
-    for name, header, get, fmt in (
-        ("server_hit_rate", "server prefix hit",
-         lambda p: p.prefix_cache.server_hit_rate if p.prefix_cache else None, _percent),
-        ("client_hit_rate", "client cached",
-         lambda p: p.prefix_cache.client_hit_rate if p.prefix_cache else None, _percent),
-        ("implied_hit_rate", "trace implies",
-         lambda p: p.prefix_cache.implied_hit_rate if p.prefix_cache else None, _percent),
-        ("turn1_ttft_ms", "turn 1 TTFT ms", lambda p: _turn_ttft(p, 0), _report_number(1)),
-        ("last_turn_ttft_ms", "last turn TTFT ms", lambda p: _turn_ttft(p, -1),
-         _report_number(1)),
-        ("sessions", "sessions completed", _sessions_done, lambda v: "-" if v is None else str(v)),
-        ("turns_per_s", "turns/s", lambda p: p.sessions.turns_per_s if p.sessions else None,
-         _report_number(2)),
-        ("tool_calls", "tool calls", lambda p: p.sessions.tool_calls if p.sessions else None,
-         _report_number(0)),
-        ("tool_args_invalid_rate", "invalid tool args",
-         lambda p: p.sessions.tool_args_invalid_rate if p.sessions else None, _percent),
-        ("schedule_lag_p99_ms", "send lag p99 ms",
-         lambda p: p.schedule.lag_ms.p99 if p.schedule else None, _report_number(3)),
-        ("schedule_sent", "sent/planned",
-         lambda p: f"{p.schedule.sent}/{p.schedule.planned}" if p.schedule else None,
-         lambda v: "-" if v is None else str(v)),
-    )
+def _as_text(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+_LAST_TURN = "last_turn_ttft_ms"
+# The traffic columns: name, header, reader, cell format. The last-turn TTFT column reads
+# the highest turn index every point with turns has, and its header names that turn.
+TRAFFIC_COLUMNS: tuple[tuple[str, str, Getter, Callable[[object], str]], ...] = (
+    ("server_hit_rate", "server prefix hit", _figure("prefix_cache.server_hit_rate"), _percent),
+    ("client_hit_rate", "client cached", _figure("prefix_cache.client_hit_rate"), _percent),
+    ("implied_hit_rate", "trace implies",
+     lambda p: p.prefix_cache.implied_hit_rate if p.prefix_cache else None, _percent),
+    ("turn1_ttft_ms", "turn 1 TTFT ms", _figure("turns.first.ttft_ms.mean"), _report_number(1)),
+    (_LAST_TURN, "turn {turn} TTFT ms", _figure("turns.last.ttft_ms.mean"), _report_number(1)),
+    ("sessions", "sessions completed", _sessions_done, _as_text),
+    ("turns_per_s", "turns/s", _figure("sessions.turns_per_s"), _report_number(2)),
+    ("tool_calls", "tool calls", lambda p: p.sessions.tool_calls if p.sessions else None,
+     _report_number(0)),
+    ("tool_args_invalid_rate", "invalid tool args",
+     _figure("sessions.tool_args_invalid_rate"), _percent),
+    ("schedule_lag_p99_ms", "send lag p99 ms", _figure("schedule.lag_ms.p99"),
+     _report_number(3)),
+    ("schedule_sent", "sent/planned",
+     lambda p: f"{p.schedule.sent}/{p.schedule.planned}" if p.schedule else None, _as_text),
 )  # fmt: skip
 
 
 def _traffic_present(points: Sequence[Point]) -> list[PointColumn]:
-    return [c for c, get in TRAFFIC_COLUMNS if any(get(p) is not None for p in points)]
+    """The traffic columns some point fills; the last-turn column only past turn 1."""
+    last = last_common_turn(*(p for p in points if p.turns))
+    present = []
+    for name, header, get, fmt in TRAFFIC_COLUMNS:
+        if name == _LAST_TURN:
+            if last is None or last == 1:
+                continue
+            header = header.format(turn=last)
+            get = functools.partial(turn_ttft, turn=last)
+        if any(get(p) is not None for p in points):
+            present.append(_traffic(name, header, get, fmt))
+    return present
 
 
 def traffic_headers(points: Sequence[Point]) -> list[str]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servekit import __version__
-from servekit.analyze.compare import TRAFFIC_METRICS, compare_runs, speculation_facts
+from servekit.analyze.compare import compare_runs, speculation_facts
 from servekit.analyze.point_columns import (
     point_headers,
     point_rows,
@@ -23,6 +23,7 @@ from servekit.analyze.point_columns import (
     traffic_rows,
 )
 from servekit.analyze.summarize import samples
+from servekit.analyze.traffic_figures import TRAFFIC_FIGURES, change_text, shown_value, turn_note
 from servekit.bench.store import (
     RECORDS_FILE,
     dropped_warning,
@@ -347,11 +348,11 @@ def compare_section(a: Run, b: Run, per_stream_target: float | None) -> Section:
     )
     tables = [table]
     traffic = [
-        [row.load, name, _num(t.a, 4), _num(t.b, 4),
-         "n/a" if t.delta_pct is None else f"{t.delta_pct:+.1f}% ({t.verdict})"]
+        [row.load, f.name + turn_note(t), shown_value(f, t.a), shown_value(f, t.b),
+         change_text(t)]
         for row in doc.points
-        for name, _, _ in TRAFFIC_METRICS
-        if (t := row.deltas.get(name)) is not None
+        for f in TRAFFIC_FIGURES
+        if (t := row.deltas.get(f.name)) is not None
     ]  # fmt: skip
     if traffic:
         tables.append(Table("traffic figures, A and B", ["load", "figure", "A", "B", "change"],

@@ -11,6 +11,12 @@ from rich.table import Table
 from rich.text import Text
 
 from servekit.analyze.point_columns import point_headers, point_rows, traffic_headers, traffic_rows
+from servekit.analyze.traffic_figures import (
+    TRAFFIC_FIGURES,
+    TrafficFigure,
+    shown_value,
+    turn_note,
+)
 from servekit.results.compare import CompareRow, DeltaBlock
 from servekit.results.summary import SummaryPoint
 from servekit.results.validate import CheckBlock
@@ -115,11 +121,9 @@ def compare_table(rows: Sequence[CompareRow], *, title: str) -> Table:
     notes = [f"{row.load}: {row.excluded}" for row in rows if row.excluded is not None]
     if notes:
         table.caption = escape("* not used for advice: " + "; ".join(notes))
-    traffic = [
-        (label, key) for label, key in _TRAFFIC_COLUMNS if any(key in row.deltas for row in rows)
-    ]
-    for label, _ in traffic:
-        table.add_column(label + " A -> B", justify="right")
+    traffic = [f for f in TRAFFIC_FIGURES if any(f.name in row.deltas for row in rows)]
+    for f in traffic:
+        table.add_column(f.label + " A -> B", justify="right")
     for row in rows:
         cells: list[Text | str] = [row.load + ("*" if row.excluded is not None else "")]
         for _, key in _COMPARE_COLUMNS:
@@ -129,30 +133,16 @@ def compare_table(rows: Sequence[CompareRow], *, title: str) -> Table:
                 continue
             style = _VERDICT_STYLE.get(d.verdict, "")
             cells.append(Text(f"{d.delta_pct:+.1f}%", style=style))
-        for _, key in traffic:
-            cells.append(_side_by_side(row.deltas.get(key)))
+        for f in traffic:
+            cells.append(_side_by_side(f, row.deltas.get(f.name)))
         table.add_row(*cells)
     return table
 
 
-# The traffic figures compare shows side by side where either run has them.
-_TRAFFIC_COLUMNS = (
-    ("server hit", "prefix_cache.server_hit_rate"),
-    ("client cached", "prefix_cache.client_hit_rate"),
-    ("turn 1 TTFT", "turns.first.ttft_ms.mean"),
-    ("last turn TTFT", "turns.last.ttft_ms.mean"),
-    ("completed", "sessions.completed_fraction"),
-    ("invalid args", "sessions.tool_args_invalid_rate"),
-    ("lag p99 ms", "schedule.lag_ms.p99"),
-)
-
-
-def _side_by_side(d: DeltaBlock | None) -> Text | str:
-    """A traffic figure of both runs, `A -> B`, coloured by B's verdict."""
+def _side_by_side(figure: TrafficFigure, d: DeltaBlock | None) -> Text | str:
+    """A traffic figure of both runs, `A -> B` (and the turn a per-turn figure compares),
+    coloured by B's verdict."""
     if d is None:
         return "-"
-
-    def shown(value: float | None) -> str:
-        return "-" if value is None else f"{value:.4g}"
-
-    return Text(f"{shown(d.a)} -> {shown(d.b)}", style=_VERDICT_STYLE.get(d.verdict, ""))
+    text = f"{shown_value(figure, d.a)} -> {shown_value(figure, d.b)}{turn_note(d)}"
+    return Text(text, style=_VERDICT_STYLE.get(d.verdict, ""))

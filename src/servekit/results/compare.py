@@ -11,12 +11,16 @@ Verdict = Literal["better", "worse", "within noise", "n/a"]
 
 
 class DeltaBlock(Document):
-    """One metric at one load: A, B, B's change in percent and the verdict from B's side."""
+    """One metric at one load: A, B, B's change in percent and the verdict from B's side;
+    a share's change in percentage points (`delta_pp`, what its verdict is judged by) and a
+    per-turn figure's turn index (`turn`) where they apply."""
 
     a: float | None
     b: float | None
     delta_pct: float | None
     verdict: Verdict
+    delta_pp: float | None = None
+    turn: int | None = None
 
 
 class CompareRow(Document):

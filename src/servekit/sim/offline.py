@@ -11,6 +11,7 @@ trace replay, sessions or agent loops (`servekit.sim.traffic`).
 from __future__ import annotations
 
 import bisect
+import collections
 import itertools
 import random
 from dataclasses import dataclass
@@ -194,6 +195,15 @@ def run_traffic(
     next_sample = start_ns
     clock = start_ns  # a window's look-ahead of `now`, for arrivals
 
+    # Sends due now, first in first out: a refused send finishes at once and may release
+    # the next session's send, which goes here rather than down the stack (a long run of
+    # refusals would otherwise recurse once per session).
+    due: collections.deque[tuple[int, int, int]] = collections.deque()
+
+    def send_due() -> None:
+        while due:
+            send(*due.popleft())
+
     def send(at_ns: int, scheduled_ns: int, key: int) -> None:
         nonlocal issued
         rid = f"{label}-{issued}"
@@ -230,7 +240,7 @@ def run_traffic(
         )
         for at, key in released:
             if at <= now:
-                send(now, now, key)
+                due.append((now, now, key))
             else:
                 bisect.insort(pending, (at, seq, key), key=_latest_first)
                 seq += 1
@@ -245,6 +255,7 @@ def run_traffic(
         while pending and pending[-1][0] <= now:
             at, _, key = pending.pop()
             send(at if at_arrival else now, at, key)
+            send_due()
         if engine.idle:
             if not pending:  # the last sends were refused
                 break
@@ -276,6 +287,7 @@ def run_traffic(
                 state.chunk_tokens.extend([1] * len(times) if tokens is None else tokens[index])
             for rid in window.finished:
                 finish(rid)
+                send_due()
             continue
         result = engine.step()
         now += max(1, round(result.duration_s * NS))
@@ -293,6 +305,7 @@ def run_traffic(
             state.chunk_tokens.append(tokens_gained)
         for rid in result.finished:
             finish(rid)
+            send_due()
     return PointRun(records, now, running_max, waiting_max, kv_max, tuple(samples))
 
 

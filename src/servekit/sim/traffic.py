@@ -5,9 +5,10 @@ sends and the requests a finished one releases, with the token ids the engine's 
 works on, so shared prefixes hit as they would on a server.
 
 - A trace (`TracePoint`) sends each request at its (scaled, windowed) time. A request with
-  Mooncake `hash_ids` gets, per id, the tokens of `block_token_ids` (equal ids are equal
-  blocks; a partial last block is the start of the full one); one without gets ids no other
-  request has, so it never hits.
+  Mooncake `hash_ids` gets, per id, a block of consecutive negative ids that only that hash
+  id gets (`block_ids`: equal ids are equal blocks; a partial last block is the start of the
+  full one); one without gets ids no other request has, so it never hits. The engine only
+  compares ids, so they need not be a vocabulary's (text and fresh ids are non-negative).
 - Sessions (`SessionsPoint`) send turn k + 1 when turn k has ended and its think time has
   passed: its prompt is turn k's prompt ids, then turn k's output ids, then the new user
   message's ids. A text message is tokenized with the live simulator's tokenizer and its
@@ -56,7 +57,7 @@ from servekit.workload.sessions import (
     session_rng,
 )
 from servekit.workload.synthetic import arrival_offsets
-from servekit.workload.traces import MOONCAKE_BLOCK_TOKENS, Trace, TraceRequest, block_token_ids
+from servekit.workload.traces import MOONCAKE_BLOCK_TOKENS, Trace, TraceRequest
 
 NS = 1_000_000_000
 _ASSISTANT_TAG = "<|assistant|>\n"
@@ -117,7 +118,6 @@ class TraceTraffic:
     def __init__(self, point: TracePoint) -> None:
         self.point = point
         self.block = point.trace.block_tokens or MOONCAKE_BLOCK_TOKENS
-        self._blocks: dict[int, tuple[int, ...]] = {}  # hash id -> its full block's ids
         self._fresh = _Fresh()
 
     def start(self, start_ns: int, rng: random.Random) -> list[tuple[int, int]]:
@@ -142,10 +142,7 @@ class TraceTraffic:
         for hash_id in r.hash_ids:
             if len(ids) >= r.input_len:
                 break
-            block = self._blocks.get(hash_id)
-            if block is None:
-                block = self._blocks[hash_id] = block_token_ids(hash_id, size, ID_SPACE)
-            ids.extend(block[: r.input_len - len(ids)])
+            ids.extend(block_ids(hash_id, size)[: r.input_len - len(ids)])
         if len(ids) < r.input_len:  # fewer ids than blocks: the rest is the request's own
             ids.extend(self._fresh.ids(r.input_len - len(ids)))
         return ids
@@ -162,6 +159,15 @@ class TraceTraffic:
         if error:
             fields.update(error_kind="http_400", error=error)
         return fields, []
+
+
+def block_ids(hash_id: int, block_tokens: int) -> range:
+    """The token ids of the full block a trace hash id names: `block_tokens` consecutive
+    negative ids, a range no other hash id's block overlaps (any int, negative ones too,
+    maps to its own range); a partial block is a prefix of it."""
+    index = 2 * hash_id if hash_id >= 0 else -2 * hash_id - 1  # ints onto 0, 1, 2, ...
+    top = -1 - index * block_tokens
+    return range(top, top - block_tokens, -1)
 
 
 @dataclass(slots=True)

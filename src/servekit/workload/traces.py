@@ -10,8 +10,7 @@ The file's text is in memory (the CLI reads it whole, up to 4 GiB); it is parsed
 at a time and parsing stops at the end of the window or the cap, so only the requests
 replayed are parsed and kept. `implied_hits` says how many
 prompt tokens a prefix cache should find for each request (the definition is in
-docs/workloads.md); `block_token_ids` turns a hash id into the same block
-of tokens every time it appears.
+docs/workloads.md).
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ import calendar
 import csv
 import json
 import math
-import random
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -243,18 +241,6 @@ def implied_hit_rate(trace: Trace, *, granule: int = 1) -> float | None:
         return None
     prompt = sum(r.input_len for r in trace.requests)
     return sum(implied_hits(trace, granule=granule)) / prompt if prompt else None
-
-
-def block_token_ids(hash_id: int, count: int, vocab: int, salt: int = 0) -> tuple[int, ...]:
-    """The first `count` token ids of the block a hash id names, each in `[0, vocab)`.
-
-    The same id (and salt) always gives the same tokens, and a shorter block is a prefix of
-    a longer one, so a partial last block equals the start of the full block.
-    """
-    if count < 0 or vocab < 1:
-        raise ValueError(f"block of {count} tokens from a vocabulary of {vocab}")
-    rng = random.Random(f"servekit-block:{salt}:{hash_id}")  # noqa: S311 - reproducible blocks
-    return tuple(rng.randrange(vocab) for _ in range(count))
 
 
 def _check_window(
