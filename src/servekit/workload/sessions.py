@@ -27,7 +27,7 @@ from typing import Any
 from servekit import jsontext
 from servekit.errors import UsageError
 from servekit.workload.datasets import LengthSpec
-from servekit.workload.traces import numbered_lines
+from servekit.workload.traces import json_object_lines
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,21 +321,8 @@ _JSONL_EXAMPLE = '{"id": "a", "turns": [{"user": "Hi", "output_len": 64}, {"user
 def _jsonl_sessions(text: str, where: str, default_output_len: int) -> list[SessionPlan]:
     plans = []
     seen: dict[str, tuple[int, bool]] = {}  # id -> its line, and whether the line gave it
-    for number, line in numbered_lines(text.lstrip("\ufeff")):
-        if not line.strip():
-            continue
-        loc = f"{where}:{number}"
-        try:
-            row: Any = json.loads(line)
-        except jsontext.LOAD_FAILURES as exc:
-            raise UsageError(
-                f"{loc}: not JSON ({jsontext.load_problem(exc)})",
-                fix="write one JSON conversation per line, e.g. " + _JSONL_EXAMPLE,
-            ) from None
-        if not isinstance(row, dict):
-            raise UsageError(
-                f"{loc}: each line must be a JSON object", fix="e.g. " + _JSONL_EXAMPLE
-            )
+    fix = "write one JSON conversation per line, e.g. " + _JSONL_EXAMPLE
+    for number, loc, row in json_object_lines(text, where, fix=fix):
         name = _jsonl_id(row, number, loc, seen)
         if "turns" in row:
             system, turns = _system(row, loc), _listed_turns(row["turns"], loc, default_output_len)

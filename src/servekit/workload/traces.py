@@ -307,11 +307,14 @@ def numbered_lines(text: str) -> Iterator[tuple[int, str]]:
         start = end + 1
 
 
-# ---- JSON lines: mooncake and servekit's own
+def json_object_lines(
+    text: str, where: str, *, fix: str
+) -> Iterator[tuple[int, str, dict[str, Any]]]:
+    """(line number, `where:line`, object) for every non-blank line of a JSON-lines text.
 
-
-def _json_rows(text: str, where: str, spec: _Format, block_tokens: int) -> Iterator[_Row]:
-    needs_hashes = spec is _FORMATS["mooncake"]
+    Raises:
+        UsageError: a line that is not JSON or not a JSON object, naming it, with `fix`.
+    """
     for number, line in numbered_lines(text.lstrip("\ufeff")):
         if not line.strip():
             continue
@@ -319,14 +322,19 @@ def _json_rows(text: str, where: str, spec: _Format, block_tokens: int) -> Itera
         try:
             obj: Any = json.loads(line)
         except jsontext.LOAD_FAILURES as exc:
-            raise UsageError(
-                f"{loc}: not JSON ({jsontext.load_problem(exc)})",
-                fix="write one JSON object per line",
-            ) from None
+            raise UsageError(f"{loc}: not JSON ({jsontext.load_problem(exc)})", fix=fix) from None
         if not isinstance(obj, dict):
-            raise UsageError(
-                f"{loc}: each line must be a JSON object", fix=_example(_format_name(spec))
-            )
+            raise UsageError(f"{loc}: each line must be a JSON object", fix=fix)
+        yield number, loc, obj
+
+
+# ---- JSON lines: mooncake and servekit's own
+
+
+def _json_rows(text: str, where: str, spec: _Format, block_tokens: int) -> Iterator[_Row]:
+    needs_hashes = spec is _FORMATS["mooncake"]
+    fix = _example(_format_name(spec))
+    for number, loc, obj in json_object_lines(text, where, fix=fix):
         time = _json_time(obj.get(spec.time), loc, spec)
         input_len = _json_count(obj.get(spec.input_len), loc, spec.input_len)
         output_len = _json_count(obj.get(spec.output_len), loc, spec.output_len)
