@@ -257,7 +257,7 @@ def test_over_max_model_len_names_the_fix(hostile_url: str, tmp_path: Path) -> N
     assert_clean_terminal(result)
     assert result.code == 3
     assert "(context_length x2)" in result.stderr
-    assert "shorten --input-len" in result.stderr
+    assert "shorten the prompts (--input-len" in result.stderr
     assert "max_model_len" in result.stderr
 
 
