@@ -7,7 +7,7 @@ from typing import Any
 from servekit.bench.spec import PointSpec
 from servekit.cli._values import read_text_option
 from servekit.errors import UsageError
-from servekit.workload.traces import Trace, load_trace
+from servekit.workload.traces import Trace, load_trace, replay_rate
 
 
 def trace_input(opts: dict[str, Any], max_model_len: int | None) -> tuple[Trace, PointSpec] | None:
@@ -42,17 +42,6 @@ def trace_input(opts: dict[str, Any], max_model_len: int | None) -> tuple[Trace,
         schedule=offsets,
         requests=len(offsets),
     )
-
-
-def replay_rate(trace: Trace) -> float:
-    """Mean send rate of a replay, requests/s: the requests over the scaled window when it
-    has a duration, else over the span from the first send to the last (a replay whose
-    requests share one time counts that span as one second, so the rate stays finite)."""
-    count = len(trace.requests)
-    if trace.duration_s is not None:
-        return count / (trace.duration_s * trace.time_scale)
-    span_s = trace.requests[-1].offset_s if trace.requests else 0.0
-    return count / span_s if span_s > 0 else float(count)
 
 
 def _refuse_with_trace(opts: dict[str, Any]) -> None:

@@ -48,6 +48,8 @@ COMMANDS: dict[str, Entry] = {
     "sim": Entry("sim", "sim_group", "The built-in vLLM engine simulator."),
     "status": Entry("manage", "status_command", "Report whether PROFILE's engine runs, its "
                     "/health, the served model and uptime."),
+    "tune": Entry("tune", "tune_command", "Find the settings that serve the most requests "
+                  "per GPU within an SLO: search in simulation, verify on the engine."),
     "up": Entry("up", "up_command", "Start the engine for PROFILE and follow its startup "
                 "(weights, profiling, KV cache, CUDA graphs, ready), then print the KV "
                 "capacity it reports."),

@@ -208,21 +208,8 @@ def plan_warnings(plan: MemoryPlan) -> list[str]:
             "takes while loading and profiling (page cache, compiler heaps) counts against the "
             "KV budget; not planned: expect less KV cache (check with plan --from-log)"
         )
-    headroom = plan.capacity_bytes - plan.requested_bytes
-    graphs = plan.graphs.total_bytes
-    if not i.estimate_cudagraphs and graphs > headroom:
-        out.append(
-            f"CUDA graphs (~{to_gib(graphs):.1f} GiB) are outside the KV budget: "
-            f"gpu_memory_utilization {i.gpu_memory_utilization} leaves {to_gib(headroom):.2f} GiB "
-            f"free, so capture relies on the {to_gib(plan.activations.peak_bytes):.1f} GiB of "
-            "activation memory released after profiling; OOM risk during graph capture. "
-            "Lower --gpu-memory-utilization or set VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1"
-        )
-    if not i.estimate_cudagraphs and graphs > headroom + plan.activations.peak_bytes:
-        out.append(
-            f"CUDA graphs (~{to_gib(graphs):.1f} GiB) exceed the free memory plus activation "
-            "headroom; graph capture will run out of memory"
-        )
+    risk, failure = capture_risks(plan)
+    out += [w for w in (risk, failure) if w is not None]
     typical = min(i.max_model_len, TYPICAL_CONTEXT_TOKENS)
     held = plan.kv_cache_tokens // typical if typical else 0
     if plan.fits and held < i.max_num_seqs / 2:
@@ -247,6 +234,31 @@ def plan_warnings(plan: MemoryPlan) -> list[str]:
     if not plan.fits:
         out.append(misfit_message(plan))
     return out
+
+
+def capture_risks(plan: MemoryPlan) -> tuple[str | None, str | None]:
+    """CUDA-graph capture outside the KV budget (the estimate flag off): the OOM risk when
+    the graphs exceed the memory the budget leaves free, and the certain failure when they
+    exceed that plus the activation memory released after profiling (None: no such risk)."""
+    i = plan.inputs
+    headroom = plan.capacity_bytes - plan.requested_bytes
+    graphs = plan.graphs.total_bytes
+    if i.estimate_cudagraphs or graphs <= headroom:
+        return None, None
+    risk = (
+        f"CUDA graphs (~{to_gib(graphs):.1f} GiB) are outside the KV budget: "
+        f"gpu_memory_utilization {i.gpu_memory_utilization} leaves {to_gib(headroom):.2f} GiB "
+        f"free, so capture relies on the {to_gib(plan.activations.peak_bytes):.1f} GiB of "
+        "activation memory released after profiling; OOM risk during graph capture. "
+        "Lower --gpu-memory-utilization or set VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1"
+    )
+    failure = None
+    if graphs > headroom + plan.activations.peak_bytes:
+        failure = (
+            f"CUDA graphs (~{to_gib(graphs):.1f} GiB) exceed the free memory plus activation "
+            "headroom; graph capture will run out of memory"
+        )
+    return risk, failure
 
 
 def _accounting_warnings(i: PlanInputs) -> list[str]:

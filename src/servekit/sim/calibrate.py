@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from servekit.analyze.summarize import point_metrics
@@ -149,6 +149,7 @@ def calibrate(
     seed: int = 0,
     realizations: int = 1,
     gap_ns: int | None = None,
+    profile_of: Callable[[RunPoint], Profile] | None = None,
 ) -> Calibration:
     """Fit the simulator to `training` and predict every point.
 
@@ -157,6 +158,10 @@ def calibrate(
             coefficients are the start and the values kept for undetermined ones).
         training: the points to fit.
         holdout: points to predict only.
+        profile_of: the deployment each point measured, when the points measured variants
+            of `profile` (another max_num_seqs, speculation on or off: `servekit tune`);
+            the step coefficients are one fit over all of them, the acceptance a fit over
+            the points that speculate (all with the same number of draft tokens).
         seed: seeds the simulated arrivals and acceptance draws.
         realizations: simulations per point, seeds seed, seed + 1, ...; the predicted
             figures are their means (an open loop's arrivals, and speculation's acceptance,
@@ -170,31 +175,40 @@ def calibrate(
         raise SimulationError(
             "no training point to fit", fix="pass at least one measured run directory"
         )
-    k = profile.speculative.config.num_speculative_tokens if profile.speculative else 0
-    temperatures = sorted({p.temperature for p in training})
-    if k and len(temperatures) > 1:
+    deployment = profile_of or (lambda _: profile)
+    speculating = [p for p in training if _draft_tokens(deployment(p))]
+    ks = sorted({_draft_tokens(deployment(p)) for p in speculating})
+    if len(ks) > 1:
+        raise SimulationError(
+            f"the training points speculate with {ks} draft tokens; acceptance is fitted at one",
+            fix="fit runs of one num_speculative_tokens",
+        )
+    temperatures = sorted({p.temperature for p in speculating})
+    if len(temperatures) > 1:
         raise SimulationError(
             f"the training points were measured at temperatures {temperatures}; acceptance "
             "is fitted at one",
             fix="fit runs of one temperature (acceptance differs between temperatures)",
         )
-    budget = profile.serve_args.max_num_batched_tokens
-    model = profile_sim_model(profile)
     rebuilt = []
     obs = []
     for point in training:
+        measured = deployment(point)
         rec = reconstruct_steps(
-            point.records, max_num_batched_tokens=budget, num_speculative_tokens=k, gap_ns=gap_ns
+            point.records,
+            max_num_batched_tokens=measured.serve_args.max_num_batched_tokens,
+            num_speculative_tokens=_draft_tokens(measured),
+            gap_ns=gap_ns,
         )
         rebuilt.append((point.label, rec))
-        obs += observations(rec.intervals, model)
+        obs += observations(rec.intervals, profile_sim_model(measured))
     steps = fit_step_coefficients(obs, profile_step_params(profile))
     accept = None
-    if k:
+    if speculating:
         accept = fit_acceptance(
-            [(p.records, p.server.spec_acceptance_per_position) for p in training],
-            k=k,
-            temperature=training[0].temperature,
+            [(p.records, p.server.spec_acceptance_per_position) for p in speculating],
+            k=ks[0],
+            temperature=speculating[0].temperature,
         )
     checks = []
     for held_out, points in ((False, training), (True, holdout)):
@@ -202,7 +216,7 @@ def calibrate(
             simulated = []
             for draw in range(seed, seed + realizations):
                 engine = build_engine(
-                    profile, seed=draw, step_params=steps.params,
+                    deployment(point), seed=draw, step_params=steps.params,
                     acceptance=acceptance_params(accept),
                 )  # fmt: skip
                 simulated.append(
@@ -217,6 +231,11 @@ def calibrate(
         if (check := _running_check(point, rec)) is not None
     )  # fmt: skip
     return Calibration(steps, accept, tuple(rebuilt), running, tuple(checks), seed)
+
+
+def _draft_tokens(profile: Profile) -> int:
+    """Draft tokens per step of a deployment (0 without speculative decoding)."""
+    return profile.speculative.config.num_speculative_tokens if profile.speculative else 0
 
 
 def _running_check(point: RunPoint, rec: Reconstruction) -> tuple[str, float, float] | None:

@@ -522,3 +522,14 @@ def mean_lengths(trace: Trace) -> tuple[int, int] | None:
         round(sum(r.input_len for r in trace.requests) / count),
         round(sum(r.output_len for r in trace.requests) / count),
     )
+
+
+def replay_rate(trace: Trace) -> float:
+    """Mean send rate of a replay, requests/s: the requests over the scaled window when it
+    has a duration, else over the span from the first send to the last (a replay whose
+    requests share one time counts that span as one second, so the rate stays finite)."""
+    count = len(trace.requests)
+    if trace.duration_s is not None:
+        return count / (trace.duration_s * trace.time_scale)
+    span_s = trace.requests[-1].offset_s if trace.requests else 0.0
+    return count / span_s if span_s > 0 else float(count)
