@@ -2,8 +2,9 @@
 
 `servekit report RUN... [--compare A B]`: each RUN is a directory written by `servekit
 bench` or `servekit sim run` (summary.json, records.jsonl); a validate.json found in a
-run directory (or given with --validate) adds the functional checks. Each run keeps one
-colour, assigned here in run order, in every plot.
+run directory (or given with --validate) adds the functional checks. The report leads with
+its verdict (`report.verdict`); each run keeps one colour, assigned here in run order, in
+every plot.
 """
 
 from __future__ import annotations
@@ -49,6 +50,13 @@ from servekit.report.traffic_view import (
     sessions_section,
     turn_series,
 )
+from servekit.report.verdict import (
+    Recommendation,
+    build_verdict,
+    comparison_recommendation,
+    verdict_section,
+)
+from servekit.results.compare import Comparison
 from servekit.results.summary import Summary, SummaryPoint
 from servekit.results.validate import ValidateDocument
 
@@ -271,10 +279,10 @@ def run_plots(runs: Coloured, per_stream_target: float | None) -> list[Plot]:
     return out
 
 
-def compare_section(a: Run, b: Run, per_stream_target: float | None) -> Section:
-    """The A/B comparison with its plot and advice."""
+def comparison(a: Run, b: Run, per_stream_target: float | None) -> Comparison:
+    """compare's document of B against A, with the profiles' speculation facts."""
     spec_name, max_batch, k = speculation_facts([a.profile, b.profile])
-    doc = compare_runs(
+    return compare_runs(
         a.summary,
         b.summary,
         per_stream_target=per_stream_target,
@@ -282,6 +290,10 @@ def compare_section(a: Run, b: Run, per_stream_target: float | None) -> Section:
         max_batch=max_batch,
         spec_tokens=k,
     )
+
+
+def compare_section(a: Run, b: Run, doc: Comparison) -> Section:
+    """The A/B comparison (`comparison`) with its plot and advice."""
     rows = [
         [row.load + (f" (not used for advice: {row.excluded})" if row.excluded else "")]
         + [
@@ -360,11 +372,14 @@ def write_report(
     compare: tuple[Path, Path] | None = None,
     validate: Path | None = None,
     per_stream_target: float | None = None,
+    recommendation: Recommendation | None = None,
     warn: Callable[[str], None] = lambda _: None,
 ) -> dict[str, str | list[str]]:
     """Write report.html, report.md and one PNG per plot into `out`; return what was written.
 
-    `warn` hears of records skipped while reading the runs (a torn last line).
+    The report leads with its verdict. `recommendation` (e.g. `servekit tune`'s winner) is
+    its recommended setting, before compare's advice when there is a comparison. `warn`
+    hears of records skipped while reading the runs (a torn last line).
     """
     runs = [load_run(p, warn=warn) for p in paths]
     by_path = {p.resolve(): r for p, r in zip(paths, runs, strict=True)}
@@ -377,15 +392,23 @@ def write_report(
             ),
             None,
         )
+    recommendations = [recommendation] if recommendation is not None else []
     tables = [points_table(r) for r in runs]
     tables += [t for r in runs if (t := traffic_table(r)) is not None]
     sections = [Section("Runs", tables=tables)]
     if compare is not None:
         a, b = (by_path.get(p.resolve()) or load_run(p, warn=warn) for p in compare)
-        sections.append(compare_section(a, b, per_stream_target))
+        doc = comparison(a, b, per_stream_target)
+        sections.append(compare_section(a, b, doc))
+        if (advice := comparison_recommendation(doc, a=a.label, b=b.label)) is not None:
+            recommendations.append(advice)
     validate_doc = _find_validate(paths, validate)
     if validate_doc is not None:
         sections.append(validate_section(validate_doc))
+    verdict = build_verdict([(r.label, r.summary) for r in runs], validate=validate_doc,
+                            per_stream_target=per_stream_target,
+                            recommendations=recommendations)  # fmt: skip
+    sections.insert(0, verdict_section(verdict))
     sections += traffic_sections(runs)
     coloured = list(zip(runs, plots.run_colours(len(runs)), strict=True))
     drawn = run_plots(coloured, per_stream_target)
