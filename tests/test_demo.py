@@ -86,6 +86,10 @@ def test_quick_demo_reproduces_the_deployment(tmp_path: Path) -> None:
     labels = [line.split("|")[1].strip() for line in result["table"][1:]]
     assert labels == ["fitted" if is_fitted(c) else "held out" for c in SEED]
     assert Path(result["report"]).is_file()
+    markdown = Path(result["report"]).with_suffix(".md").read_text(encoding="utf-8")
+    verdict = markdown.split("\n## ", 2)[1]  # the report leads with its verdict
+    assert verdict.startswith("Verdict\n\n> - **validation:** passed ("), verdict
+    assert "> - **recommended:** enable EAGLE3 at concurrency" in verdict
     assert (tmp_path / "launch" / "vllm-serve.sh").is_file()
     assert json.loads((tmp_path / "validate" / "validate.json").read_text())["passed"]
     assert _sim_servers() == []

@@ -67,6 +67,10 @@ def test_report_writes_html_markdown_and_plots(runs: tuple[Path, Path], tmp_path
     markdown = (out / "report.md").read_text(encoding="utf-8")
     assert "![Output throughput vs concurrency](throughput.png)" in markdown
     assert "Recommendation: enable EAGLE3 at concurrency" in markdown
+    verdict = markdown.split("\n## ", 2)[1]  # the first section
+    assert verdict.startswith("Verdict\n\n> - **validation:** passed (1 check: 1 pass)\n")
+    assert "> - **recommended:** enable EAGLE3 at concurrency" in verdict
+    assert page.index('<div class="highlights">') < page.index("<table")
     assert "vllm serve" in page  # the rendered launch command in the provenance
 
 
@@ -98,3 +102,6 @@ def test_report_renders_in_headless_chromium(runs: tuple[Path, Path], tmp_path: 
     pixels = imread(str(shot))
     assert pixels.shape[0] >= 1000
     assert float(pixels[..., :3].std()) > 0.05  # not one flat colour
+    # the verdict's tinted box (#f4f7fb) is drawn on the first screen
+    tint = (abs(pixels[:900, :, :3] - [0xF4 / 255, 0xF7 / 255, 0xFB / 255]) < 0.01).all(axis=2)
+    assert int(tint.sum()) > 20_000

@@ -436,4 +436,5 @@ def test_every_golden_file_belongs_to_a_test() -> None:
     for run in ("sim-m3", "sim-m3-rate", "bench-faulty"):
         expected |= {f"summary-{run}.md", f"summary-{run}.csv"}
         expected |= {f"report-points-{run}.html", f"report-points-{run}.md"}
+    expected |= {"verdict-sim-m3.md", "verdict-sim-m3.html"}  # test_verdict.py
     assert {path.name for path in GOLDEN_DIR.iterdir()} == expected

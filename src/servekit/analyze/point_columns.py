@@ -37,7 +37,9 @@ def _brief_number(spec: str) -> Callable[[object], str]:
     return cell
 
 
-def _report_number(digits: int) -> Callable[[object], str]:
+def report_number(digits: int) -> Callable[[object], str]:
+    """The report's number format: thousands separators, `digits` decimals, `-` for none."""
+
     def cell(value: object) -> str:
         return f"{value:,.{digits}f}" if isinstance(value, int | float) else "-"
 
@@ -107,7 +109,7 @@ def _column(
         views["markdown"] = Shown(header, cell)
     if report is not None:
         header, digits = report
-        fmt = _text if digits is None else _report_number(digits)
+        fmt = _text if digits is None else report_number(digits)
         views["report"] = Shown(header, _value(get, fmt))
     return PointColumn(name, views)
 
@@ -219,16 +221,16 @@ TRAFFIC_COLUMNS: tuple[tuple[str, str, Getter, Callable[[object], str]], ...] = 
     ("client_hit_rate", "client cached", _figure("prefix_cache.client_hit_rate"), _percent),
     ("implied_hit_rate", "trace implies",
      lambda p: p.prefix_cache.implied_hit_rate if p.prefix_cache else None, _percent),
-    ("turn1_ttft_ms", "turn 1 TTFT ms", _figure("turns.first.ttft_ms.mean"), _report_number(1)),
-    (_LAST_TURN, "turn {turn} TTFT ms", _figure("turns.last.ttft_ms.mean"), _report_number(1)),
+    ("turn1_ttft_ms", "turn 1 TTFT ms", _figure("turns.first.ttft_ms.mean"), report_number(1)),
+    (_LAST_TURN, "turn {turn} TTFT ms", _figure("turns.last.ttft_ms.mean"), report_number(1)),
     ("sessions", "sessions completed", _sessions_done, _as_text),
-    ("turns_per_s", "turns/s", _figure("sessions.turns_per_s"), _report_number(2)),
+    ("turns_per_s", "turns/s", _figure("sessions.turns_per_s"), report_number(2)),
     ("tool_calls", "tool calls", lambda p: p.sessions.tool_calls if p.sessions else None,
-     _report_number(0)),
+     report_number(0)),
     ("tool_args_invalid_rate", "invalid tool args",
      _figure("sessions.tool_args_invalid_rate"), _percent),
     ("schedule_lag_p99_ms", "send lag p99 ms", _figure("schedule.lag_ms.p99"),
-     _report_number(3)),
+     report_number(3)),
     ("schedule_sent", "sent/planned",
      lambda p: f"{p.schedule.sent}/{p.schedule.planned}" if p.schedule else None, _as_text),
 )  # fmt: skip

@@ -2,7 +2,9 @@
 
 `servekit report RUN... [--compare A B]`: each RUN is a directory written by `servekit
 bench` or `servekit sim run` (summary.json, records.jsonl); a validate.json found in a
-run directory (or given with --validate) adds the functional checks.
+run directory (or given with --validate) adds the functional checks. The report leads with
+its verdict (`report.verdict`); each run keeps one colour, assigned here in run order, in
+every plot.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from matplotlib.figure import Figure as Canvas
 
 from servekit import __version__
 from servekit.analyze.compare import compare_runs, speculation_facts
@@ -39,12 +43,20 @@ from servekit.render.argv import environment, vllm_serve_command
 from servekit.render.shell import quote_words
 from servekit.report import plots
 from servekit.report.document import Figure, Section, Table, render_html, render_markdown
+from servekit.report.plots import Samples, Series
 from servekit.report.traffic_view import (
     prefix_cache_section,
     schedule_section,
     sessions_section,
-    turn_lines,
+    turn_series,
 )
+from servekit.report.verdict import (
+    Recommendation,
+    build_verdict,
+    comparison_recommendation,
+    verdict_section,
+)
+from servekit.results.compare import Comparison
 from servekit.results.summary import Summary, SummaryPoint
 from servekit.results.validate import ValidateDocument
 
@@ -57,6 +69,23 @@ class Run:
     summary: Summary
     records: list[RequestRecord]
     profile: Profile | None
+
+
+@dataclass(frozen=True, slots=True)
+class Plot:
+    """A drawn plot before it is encoded: a file name, a title, the figure and a caption."""
+
+    name: str
+    title: str
+    canvas: Canvas
+    caption: str
+
+    def encoded(self) -> Figure:
+        """The report's figure: the plot as PNG bytes."""
+        return Figure(self.name, self.title, plots.png(self.canvas), self.caption)
+
+
+Coloured = list[tuple[Run, str]]  # each run with its colour
 
 
 def load_run(path: Path, *, warn: Callable[[str], None] = lambda _: None) -> Run:
@@ -128,12 +157,12 @@ def traffic_sections(runs: list[Run]) -> list[Section]:
     return [s for s in found if s is not None]
 
 
-def turn_figure(runs: list[Run]) -> Figure | None:
-    """Mean TTFT by turn index, each run one colour; None without sessions."""
-    lines = turn_lines([(r.label, r.summary) for r in runs])
+def turn_plot(runs: Coloured) -> Plot | None:
+    """Mean TTFT by turn index, each run in its colour; None without sessions."""
+    lines = [(r.label, colour, series) for r, colour in runs if (series := turn_series(r.summary))]
     if not lines:
         return None
-    return Figure(
+    return Plot(
         "ttft_by_turn",
         "TTFT by turn index",
         plots.by_run(lines, title="Mean TTFT by turn", xlabel="turn", ylabel="ms"),
@@ -170,104 +199,63 @@ def provenance(run: Run) -> Section:
     return Section(f"Provenance: {run.label}", code=lines)
 
 
-def run_figures(runs: list[Run], per_stream_target: float | None) -> list[Figure]:
-    """Throughput, latency, per-stream speed, distributions, acceptance and time series."""
-    figs = []
-    closed = [(r, _closed(r)) for r in runs if _closed(r)]
-    xs = {r.label: [float(p.concurrency or 0) for p in pts] for r, pts in closed}
+def run_plots(runs: Coloured, per_stream_target: float | None) -> list[Plot]:
+    """Throughput, latency, per-stream speed, distributions, acceptance and time series,
+    each run in its colour (mean solid, p99 dashed)."""
+    out = []
+    closed = [(r, colour, pts) for r, colour in runs if (pts := _closed(r))]
+
+    def series(
+        label: str, pts: list[SummaryPoint], colour: str, ys: list[float], style: str = "-"
+    ) -> Series:
+        return Series(label, [float(p.concurrency or 0) for p in pts], ys, colour, style)
+
     if closed:
-        figs.append(
-            Figure(
-                "throughput",
-                "Output throughput vs concurrency",
-                plots.lines(
-                    [
-                        (r.label, xs[r.label], [p.output_throughput_tok_s for p in pts])
-                        for r, pts in closed
-                    ],
-                    title="Output throughput",
-                    xlabel="concurrency",
-                    ylabel="tok/s",
-                ),
-                "total output tokens per second over each point",
-            )
-        )
-        series = []
-        for r, pts in closed:
-            series.append((f"{r.label} mean", xs[r.label], [_f(p.latency_s.mean) for p in pts]))
-            series.append((f"{r.label} p99", xs[r.label], [_f(p.latency_s.p99) for p in pts]))
-        figs.append(
-            Figure(
-                "latency",
-                "Request latency vs concurrency",
-                plots.lines(series, title="Latency", xlabel="concurrency", ylabel="seconds"),
-                "mean and p99 end-to-end latency",
-            )
-        )
+        throughput = [series(r.label, pts, c, [p.output_throughput_tok_s for p in pts])
+                      for r, c, pts in closed]  # fmt: skip
+        out.append(Plot("throughput", "Output throughput vs concurrency",
+                        plots.lines(throughput, title="Output throughput", xlabel="concurrency",
+                                    ylabel="tok/s"),
+                        "total output tokens per second over each point"))  # fmt: skip
+        latency = []
+        for r, c, pts in closed:
+            latency.append(series(f"{r.label} mean", pts, c, [_f(p.latency_s.mean) for p in pts]))
+            latency.append(series(f"{r.label} p99", pts, c, [_f(p.latency_s.p99) for p in pts],
+                                  "--"))  # fmt: skip
+        out.append(Plot("latency", "Request latency vs concurrency",
+                        plots.lines(latency, title="Latency", xlabel="concurrency",
+                                    ylabel="seconds"),
+                        "mean (solid) and p99 (dashed) end-to-end latency"))  # fmt: skip
         hline = (
             (per_stream_target, f"target {per_stream_target:g} tok/s")
             if per_stream_target
             else None
         )
-        figs.append(
-            Figure(
-                "per_stream",
-                "Per-stream speed vs concurrency",
-                plots.lines(
-                    [
-                        (r.label, xs[r.label], [_f(p.per_stream_tok_s.mean) for p in pts])
-                        for r, pts in closed
-                    ],
-                    title="Per-stream speed",
-                    xlabel="concurrency",
-                    ylabel="tok/s per request",
-                    hline=hline,
-                ),
-                "mean of 1000 / TPOT per request",
-            )
-        )
-        spec = [(r, pts) for r, pts in closed if any(p.server.spec_acceptance_length for p in pts)]
+        speed = [series(r.label, pts, c, [_f(p.per_stream_tok_s.mean) for p in pts])
+                 for r, c, pts in closed]  # fmt: skip
+        out.append(Plot("per_stream", "Per-stream speed vs concurrency",
+                        plots.lines(speed, title="Per-stream speed", xlabel="concurrency",
+                                    ylabel="tok/s per request", hline=hline),
+                        "mean of 1000 / TPOT per request"))  # fmt: skip
+        spec = [series(r.label, pts, c, [_acceptance(p) for p in pts])
+                for r, c, pts in closed
+                if any(p.server.spec_acceptance_length for p in pts)]  # fmt: skip
         if spec:
-            figs.append(
-                Figure(
-                    "acceptance",
-                    "Spec-decode acceptance vs concurrency",
-                    plots.lines(
-                        [(r.label, xs[r.label], [_acceptance(p) for p in pts]) for r, pts in spec],
-                        title="Acceptance length",
-                        xlabel="concurrency",
-                        ylabel="tokens per step",
-                    ),
-                    "1 + accepted / drafts, from server counters",
-                )
-            )
-    with_records = [(r, samples(x for x in r.records if x.ok)) for r in runs if r.records]
+            out.append(Plot("acceptance", "Spec-decode acceptance vs concurrency",
+                            plots.lines(spec, title="Acceptance length", xlabel="concurrency",
+                                        ylabel="tokens per step"),
+                            "1 + accepted / drafts, from server counters"))  # fmt: skip
+    with_records = [(r, c, samples(x for x in r.records if x.ok)) for r, c in runs if r.records]
     if with_records:
-        figs.append(
-            Figure(
-                "ttft",
-                "TTFT distribution",
-                plots.histograms(
-                    [(r.label, s.ttft_ms) for r, s in with_records],
-                    title="Time to first token",
-                    xlabel="ms",
-                ),
-                "every successful request of every point",
-            )
-        )
-        figs.append(
-            Figure(
-                "itl",
-                "ITL distribution",
-                plots.histograms(
-                    [(r.label, s.itl_ms) for r, s in with_records],
-                    title="Inter-token latency",
-                    xlabel="ms",
-                ),
-                "a chunk of k tokens after dt counts k samples of dt/k",
-            )
-        )
-    for r in runs:
+        ttft = [Samples(r.label, s.ttft_ms, c) for r, c, s in with_records]
+        out.append(Plot("ttft", "TTFT distribution",
+                        plots.histograms(ttft, title="Time to first token", xlabel="ms"),
+                        "every successful request of every point"))  # fmt: skip
+        itl = [Samples(r.label, s.itl_ms, c) for r, c, s in with_records]
+        out.append(Plot("itl", "ITL distribution",
+                        plots.histograms(itl, title="Inter-token latency", xlabel="ms"),
+                        "a chunk of k tokens after dt counts k samples of dt/k"))  # fmt: skip
+    for r, colour in runs:
         panels = [
             (
                 report_load(p),
@@ -280,21 +268,21 @@ def run_figures(runs: list[Run], per_stream_target: float | None) -> list[Figure
             if (rows := p.server.samples)
         ]
         if panels:
-            figs.append(
-                Figure(
-                    f"server_{len(figs)}",
+            out.append(
+                Plot(
+                    f"server_{len(out)}",
                     f"Server KV usage and queues: {r.label}",
-                    plots.over_time(panels, title=f"{r.label}: server over time"),
+                    plots.over_time(panels, title=f"{r.label}: server over time", colour=colour),
                     "sampled from /metrics (or the simulator) every 0.25 s",
                 )
             )
-    return figs
+    return out
 
 
-def compare_section(a: Run, b: Run, per_stream_target: float | None) -> Section:
-    """The A/B comparison with its plot and advice."""
+def comparison(a: Run, b: Run, per_stream_target: float | None) -> Comparison:
+    """compare's document of B against A, with the profiles' speculation facts."""
     spec_name, max_batch, k = speculation_facts([a.profile, b.profile])
-    doc = compare_runs(
+    return compare_runs(
         a.summary,
         b.summary,
         per_stream_target=per_stream_target,
@@ -302,6 +290,10 @@ def compare_section(a: Run, b: Run, per_stream_target: float | None) -> Section:
         max_batch=max_batch,
         spec_tokens=k,
     )
+
+
+def compare_section(a: Run, b: Run, doc: Comparison) -> Section:
+    """The A/B comparison (`comparison`) with its plot and advice."""
     rows = [
         [row.load + (f" (not used for advice: {row.excluded})" if row.excluded else "")]
         + [
@@ -333,11 +325,13 @@ def compare_section(a: Run, b: Run, per_stream_target: float | None) -> Section:
     figure = Figure(
         "ab_deltas",
         "A/B: output throughput change per load",
-        plots.bars(
-            [row.load for row in doc.points],
-            [row.deltas["output_throughput_tok_s"].delta_pct or 0 for row in doc.points],
-            title=f"{b.label} vs {a.label}",
-            ylabel="% change in output tok/s",
+        plots.png(
+            plots.bars(
+                [row.load for row in doc.points],
+                [row.deltas["output_throughput_tok_s"].delta_pct or 0 for row in doc.points],
+                title=f"{b.label} vs {a.label}",
+                ylabel="% change in output tok/s",
+            )
         ),
         "B relative to A",
     )
@@ -378,11 +372,14 @@ def write_report(
     compare: tuple[Path, Path] | None = None,
     validate: Path | None = None,
     per_stream_target: float | None = None,
+    recommendation: Recommendation | None = None,
     warn: Callable[[str], None] = lambda _: None,
 ) -> dict[str, str | list[str]]:
     """Write report.html, report.md and one PNG per plot into `out`; return what was written.
 
-    `warn` hears of records skipped while reading the runs (a torn last line).
+    The report leads with its verdict. `recommendation` (e.g. `servekit tune`'s winner) is
+    its recommended setting, before compare's advice when there is a comparison. `warn`
+    hears of records skipped while reading the runs (a torn last line).
     """
     runs = [load_run(p, warn=warn) for p in paths]
     by_path = {p.resolve(): r for p, r in zip(paths, runs, strict=True)}
@@ -395,20 +392,29 @@ def write_report(
             ),
             None,
         )
+    recommendations = [recommendation] if recommendation is not None else []
     tables = [points_table(r) for r in runs]
     tables += [t for r in runs if (t := traffic_table(r)) is not None]
     sections = [Section("Runs", tables=tables)]
     if compare is not None:
         a, b = (by_path.get(p.resolve()) or load_run(p, warn=warn) for p in compare)
-        sections.append(compare_section(a, b, per_stream_target))
+        doc = comparison(a, b, per_stream_target)
+        sections.append(compare_section(a, b, doc))
+        if (advice := comparison_recommendation(doc, a=a.label, b=b.label)) is not None:
+            recommendations.append(advice)
     validate_doc = _find_validate(paths, validate)
     if validate_doc is not None:
         sections.append(validate_section(validate_doc))
+    verdict = build_verdict([(r.label, r.summary) for r in runs], validate=validate_doc,
+                            per_stream_target=per_stream_target,
+                            recommendations=recommendations)  # fmt: skip
+    sections.insert(0, verdict_section(verdict))
     sections += traffic_sections(runs)
-    figures = run_figures(runs, per_stream_target)
-    if (by_turn := turn_figure(runs)) is not None:
-        figures.append(by_turn)
-    sections.append(Section("Plots", figures=figures))
+    coloured = list(zip(runs, plots.run_colours(len(runs)), strict=True))
+    drawn = run_plots(coloured, per_stream_target)
+    if (by_turn := turn_plot(coloured)) is not None:
+        drawn.append(by_turn)
+    sections.append(Section("Plots", figures=[plot.encoded() for plot in drawn]))
     sections += [provenance(r) for r in runs]
     stamp = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     title = f"servekit report: {', '.join(r.label for r in runs)} ({stamp}, servekit {__version__})"

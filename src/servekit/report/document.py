@@ -6,6 +6,10 @@ also backslash-escapes the punctuation that would make links, images or emphasis
 code with more backticks than the code holds. The only markup is this module's own. The page is
 self-contained: plots are inline PNG data URLs, styles are inline, and its one script
 counts the plots that rendered (the browser check reads `data-plots-rendered`).
+
+A section's highlights (the report's verdict) come first in it, in a box: a bordered,
+tinted block in HTML, a block quote of list items in Markdown; each line is a label and
+a text, both escaped like any other text.
 """
 
 from __future__ import annotations
@@ -14,8 +18,11 @@ import base64
 import html
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from servekit import mdtext
+
+Tone = Literal["good", "bad", "info"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,14 +45,26 @@ class Table:
 
 
 @dataclass(frozen=True, slots=True)
+class Highlight:
+    """One line of a highlighted box: a short label, its text, and a tone (`good`, `bad`
+    or `info`) that HTML shows as the line's colour mark; the text itself must say it."""
+
+    label: str
+    text: str
+    tone: Tone = "info"
+
+
+@dataclass(frozen=True, slots=True)
 class Section:
-    """A titled part of the report: paragraphs, tables and preformatted lines."""
+    """A titled part of the report: highlighted lines, paragraphs, tables and
+    preformatted lines."""
 
     title: str
     paragraphs: Sequence[str] = ()
     tables: Sequence[Table] = ()
     code: Sequence[str] = ()
     figures: Sequence[Figure] = field(default=())
+    highlights: Sequence[Highlight] = ()
 
 
 _STYLE = """
@@ -57,6 +76,12 @@ caption { text-align: left; font-weight: 600; padding: .3em 0; }
 pre { background: #f6f6f6; padding: .6em; overflow-x: auto; white-space: pre-wrap; }
 figure { margin: 1.2em 0; } figure img { max-width: 100%; border: 1px solid #eee; }
 figcaption { font-size: .85em; color: #555; }
+.highlights { background: #f4f7fb; border: 1px solid #c5d3e3; border-radius: 6px;
+  padding: .5em 1em; margin: .8em 0 1.6em; font-size: 1.05em; }
+.highlights ul { list-style: none; margin: 0; padding: 0; }
+.highlights li { margin: .3em 0; padding-left: .6em; border-left: 5px solid #7a8ca3; }
+.highlights li.good { border-left-color: #2e7d32; }
+.highlights li.bad { border-left-color: #c62828; background: #fdecec; }
 """
 
 _COUNT_SCRIPT = """
@@ -86,12 +111,23 @@ def _figure_html(fig: Figure) -> str:
             f"{html.escape(fig.caption)}</figcaption></figure>")  # fmt: skip
 
 
+def _highlights_html(lines: Sequence[Highlight]) -> str:
+    items = "".join(
+        f'<li class="{html.escape(line.tone)}"><strong>{html.escape(line.label)}:</strong> '
+        f"{html.escape(line.text)}</li>"
+        for line in lines
+    )
+    return f'<div class="highlights"><ul>{items}</ul></div>'
+
+
 def render_html(title: str, sections: Sequence[Section]) -> str:
     """The whole self-contained report.html."""
     parts = [f"<h1>{html.escape(title)}</h1>"]
     count = 0
     for section in sections:
         parts.append(f"<h2>{html.escape(section.title)}</h2>")
+        if section.highlights:
+            parts.append(_highlights_html(section.highlights))
         parts += [f"<p>{html.escape(p)}</p>" for p in section.paragraphs]
         parts += [_table_html(t) for t in section.tables]
         if section.code:
@@ -112,6 +148,10 @@ def render_markdown(title: str, sections: Sequence[Section]) -> str:
     lines = [f"# {mdtext.cell(title)}", ""]  # titles hold run directory names
     for section in sections:
         lines += [f"## {mdtext.cell(section.title)}", ""]
+        if section.highlights:
+            lines += [f"> - **{mdtext.cell(h.label.strip())}:** {mdtext.cell(h.text)}"
+                      for h in section.highlights]  # fmt: skip
+            lines.append("")
         for text in section.paragraphs:
             lines += [mdtext.paragraph(text), ""]
         for table in section.tables:

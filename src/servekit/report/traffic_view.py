@@ -30,7 +30,6 @@ def _dist(block: DistributionBlock, digits: int = 1) -> str:
 
 Labelled = Sequence[tuple[str, Summary]]
 Series = tuple[str, list[float], list[float]]  # a point's label, turn indexes, mean TTFT ms
-RunLines = tuple[str, list[Series]]  # a run's label and its points' series
 
 
 def prefix_cache_section(runs: Labelled) -> Section | None:
@@ -128,17 +127,13 @@ def schedule_section(runs: Labelled) -> Section | None:
     )
 
 
-def turn_lines(runs: Labelled) -> list[RunLines]:
-    """Mean TTFT by turn index: per run, one series per point that has turns."""
-    out: list[RunLines] = []
-    for label, summary in runs:
-        series: list[Series] = []
-        for p in summary.points:
-            turns = [t for t in p.turns or () if t.ttft_ms.mean is not None]
-            if turns:
-                xs = [float(t.turn) for t in turns]
-                ys = [float(t.ttft_ms.mean or 0.0) for t in turns]
-                series.append((report_load(p), xs, ys))
-        if series:
-            out.append((label, series))
-    return out
+def turn_series(summary: Summary) -> list[Series]:
+    """Mean TTFT by turn index of one run: one series per point that has turns."""
+    series: list[Series] = []
+    for p in summary.points:
+        turns = [t for t in p.turns or () if t.ttft_ms.mean is not None]
+        if turns:
+            xs = [float(t.turn) for t in turns]
+            ys = [float(t.ttft_ms.mean or 0.0) for t in turns]
+            series.append((report_load(p), xs, ys))
+    return series
