@@ -23,6 +23,7 @@ from servekit.errors import ServekitError
 from servekit.records import RecordFormatError, RequestRecord, record_from_json
 from servekit.redaction import Redactor
 from servekit.results.summary import Summary, SummaryPoint, load_summary
+from servekit.results.tune import TuneDocument, load_tune
 from servekit.results.validate import ValidateDocument, load_validate
 
 RECORDS_FILE = "records.jsonl"
@@ -208,6 +209,21 @@ def read_validate(path: Path) -> ValidateDocument:
     """
     doc = read_json_document(path, fix="pass the validate.json written by servekit validate --out")
     return load_validate(doc, where=str(path))
+
+
+MAX_TUNE_BYTES = 256 * 2**20  # every candidate of a space of up to 200,000
+
+
+def read_tune(path: Path) -> TuneDocument:
+    """Read and validate a tune.json (`path` is the file or servekit tune's --out directory;
+    bounded, regular files only).
+
+    Raises:
+        ServekitError: unreadable, too large, not JSON, or not a valid tune.json.
+    """
+    file = path / "tune.json" if path.is_dir() else path
+    fix = "pass the --out directory of servekit tune"
+    return load_tune(read_json_document(file, fix=fix, max_bytes=MAX_TUNE_BYTES), where=str(file))
 
 
 def write_summary(run_dir: Path, summary: Summary) -> Path:

@@ -79,6 +79,7 @@ MAX_INPUT_BYTES = {
     "--tools": 16 * 2**20,
     "--trace": 4 * 2**30,
     "--conversations": 4 * 2**30,
+    "--space": 1 << 20,  # a space file is a few hundred bytes; YAML limits apply too
 }
 """The largest file each flag reads (ShareGPT's JSON is about 0.7 GB, a month of a public
 trace a few hundred MB; a tools file a few kB)."""

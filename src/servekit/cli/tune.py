@@ -9,6 +9,7 @@ import click
 from servekit.cli._output import emit_json, json_option, profiles_dir_option, set_option
 from servekit.cli._tune_options import tune_options
 from servekit.cli._tune_spec import tune_spec
+from servekit.report.build import write_report
 from servekit.report.tune_view import TerminalEvents, print_tune
 from servekit.tune.run import run_tune
 
@@ -28,11 +29,12 @@ def tune_command(profile: str, as_json: bool, **opts: Any) -> None:
     calibrated simulator by successive halving, each at its highest SLO-meeting load; with
     --verify N the best are launched and measured one at a time, and the simulator is
     refitted when it was off by more than --verify-bound. Writes tune.json, the winner as a
-    profile extending PROFILE, and its launch command.
+    profile extending PROFILE with its launch command, and a report (OUT/report).
     """
     spec = tune_spec(profile, opts)
     events = TerminalEvents(quiet=as_json)
     doc = run_tune(spec, events)
+    write_report([], spec.out / "report", tune=doc)
     if as_json:
         emit_json(doc.as_json())
     else:

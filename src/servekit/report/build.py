@@ -50,6 +50,7 @@ from servekit.report.traffic_view import (
     sessions_section,
     turn_series,
 )
+from servekit.report.tune_section import tune_recommendation, tune_section
 from servekit.report.verdict import (
     Recommendation,
     build_verdict,
@@ -58,6 +59,7 @@ from servekit.report.verdict import (
 )
 from servekit.results.compare import Comparison
 from servekit.results.summary import Summary, SummaryPoint
+from servekit.results.tune import TuneDocument
 from servekit.results.validate import ValidateDocument
 
 
@@ -373,13 +375,15 @@ def write_report(
     validate: Path | None = None,
     per_stream_target: float | None = None,
     recommendation: Recommendation | None = None,
+    tune: TuneDocument | None = None,
     warn: Callable[[str], None] = lambda _: None,
 ) -> dict[str, str | list[str]]:
     """Write report.html, report.md and one PNG per plot into `out`; return what was written.
 
-    The report leads with its verdict. `recommendation` (e.g. `servekit tune`'s winner) is
-    its recommended setting, before compare's advice when there is a comparison. `warn`
-    hears of records skipped while reading the runs (a torn last line).
+    The report leads with its verdict. `recommendation` is its recommended setting, before
+    compare's advice when there is a comparison; `tune` (a tune.json) adds tune's section
+    and makes its winner the first recommendation (a report of a tune alone needs no runs).
+    `warn` hears of records skipped while reading the runs (a torn last line).
     """
     runs = [load_run(p, warn=warn) for p in paths]
     by_path = {p.resolve(): r for p, r in zip(paths, runs, strict=True)}
@@ -393,9 +397,13 @@ def write_report(
             None,
         )
     recommendations = [recommendation] if recommendation is not None else []
+    if tune is not None:
+        recommendations.insert(0, tune_recommendation(tune))
     tables = [points_table(r) for r in runs]
     tables += [t for r in runs if (t := traffic_table(r)) is not None]
-    sections = [Section("Runs", tables=tables)]
+    sections = [tune_section(tune)] if tune is not None else []
+    if tables:
+        sections.append(Section("Runs", tables=tables))
     if compare is not None:
         a, b = (by_path.get(p.resolve()) or load_run(p, warn=warn) for p in compare)
         doc = comparison(a, b, per_stream_target)
@@ -414,10 +422,12 @@ def write_report(
     drawn = run_plots(coloured, per_stream_target)
     if (by_turn := turn_plot(coloured)) is not None:
         drawn.append(by_turn)
-    sections.append(Section("Plots", figures=[plot.encoded() for plot in drawn]))
+    if drawn:
+        sections.append(Section("Plots", figures=[plot.encoded() for plot in drawn]))
     sections += [provenance(r) for r in runs]
     stamp = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-    title = f"servekit report: {', '.join(r.label for r in runs)} ({stamp}, servekit {__version__})"
+    names = [r.label for r in runs] or ([f"tune of {tune.profile}"] if tune is not None else [])
+    title = f"servekit report: {', '.join(names)} ({stamp}, servekit {__version__})"
     out.mkdir(parents=True, exist_ok=True)
     figures = [f for s in sections for f in s.figures]
     for fig in figures:

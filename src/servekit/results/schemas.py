@@ -17,6 +17,7 @@ from servekit.results.compare import Comparison
 from servekit.results.plan import PlanDocument
 from servekit.results.run_info import RunInfo
 from servekit.results.summary import Summary
+from servekit.results.tune import TuneDocument
 from servekit.results.validate import ValidateDocument
 
 DOCS: dict[str, type[BaseModel]] = {
@@ -25,6 +26,7 @@ DOCS: dict[str, type[BaseModel]] = {
     "validate.schema.json": ValidateDocument,
     "compare.schema.json": Comparison,
     "run.schema.json": RunInfo,
+    "tune.schema.json": TuneDocument,
 }
 RECORD_FILE = "record.schema.json"
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 
-from servekit.results._base import Document
+from servekit.results._base import Document, DocumentError, first_error, refuse_newer
 
 TUNE_VERSION: Literal[1] = 1
 
@@ -183,3 +183,19 @@ class TuneDocument(Document):
     verify_bound: float
     winner: Winner | None
     verdict: list[str]
+
+
+def load_tune(doc: object, *, where: str = "tune.json") -> TuneDocument:
+    """Validate a parsed tune.json.
+
+    Raises:
+        DocumentError: a newer or unknown schema_version, or an invalid document.
+    """
+    refuse_newer(doc, kind="tune", current=TUNE_VERSION, where=where)
+    try:
+        return TuneDocument.model_validate(doc)
+    except ValidationError as exc:
+        raise DocumentError(
+            f"{where} is not a servekit tune.json: {first_error(exc)}",
+            fix="pass the --out directory of servekit tune",
+        ) from None
