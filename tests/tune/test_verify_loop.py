@@ -16,7 +16,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,7 +70,7 @@ class Setup:
 
 
 @pytest.fixture
-def setup(tmp_path: Path) -> Iterator[Setup]:
+def setup(tmp_path: Path) -> Setup:
     """The stand-in engine's files and environment."""
     base = yaml.safe_load((HERE / "data" / "tiny-tune.yaml").read_text())
     model = tmp_path / "model"
@@ -92,7 +91,7 @@ def setup(tmp_path: Path) -> Iterator[Setup]:
     script.chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
            "COLUMNS": "200"}  # fmt: skip
-    yield Setup(profile, space, tmp_path / "state", env, tmp_path)
+    return Setup(profile, space, tmp_path / "state", env, tmp_path)
 
 
 def _run(
