@@ -69,6 +69,8 @@ _VERIFY = (
                  show_default="this interpreter", help="Interpreter for --launcher module."),
     click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path),
                  help="The launcher's state directory [$SERVEKIT_STATE_DIR]."),
+    click.option("--engine-cpus", help="CPUs the engine runs on, e.g. 1 or 2-7 (process runtime; "
+                 "a timing run keeps its client, this process, on the others)."),
     click.option("--warmup", type=click.IntRange(min=0), default=2, show_default=True,
                  help="Requests sent before each measured point."),
     click.option("--timeout", type=FiniteFloat(min=0.1), default=600.0, show_default=True,

@@ -76,6 +76,27 @@ def _extends(ref: str, profile: Profile, out: Path) -> str:
     return profile.name
 
 
+def parse_cpus(text: str) -> frozenset[int]:
+    """A CPU list as taskset writes it: 1, 0,2 or 2-7.
+
+    Raises:
+        UsageError: not such a list, or a CPU this machine does not have.
+    """
+    cpus: set[int] = set()
+    for part in text.split(","):
+        low, sep, high = part.strip().partition("-")
+        if not low.isdigit() or (sep and not high.isdigit()):
+            raise UsageError(f"--engine-cpus {text!r} is not a CPU list", fix="write e.g. 1 or 2-7")
+        cpus.update(range(int(low), int(high if sep else low) + 1))
+    have = os.sched_getaffinity(0) | set(range(os.cpu_count() or 1))
+    if not cpus or not cpus <= have:
+        raise UsageError(
+            f"--engine-cpus {text!r} names CPUs this machine does not have",
+            fix=f"use CPUs of 0-{max(have)}",
+        )
+    return frozenset(cpus)
+
+
 def _verify(opts: dict[str, Any]) -> VerifyOptions:
     count = opts["verify"]
     engine = None
@@ -88,6 +109,7 @@ def _verify(opts: dict[str, Any]) -> VerifyOptions:
             api_key_env=opts["api_key_env"],
             warmup=opts["warmup"],
             timeout_s=opts["timeout"],
+            cpus=parse_cpus(opts["engine_cpus"]) if opts["engine_cpus"] else None,
         )
     return VerifyOptions(
         count=count,

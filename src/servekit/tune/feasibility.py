@@ -19,6 +19,7 @@ from servekit.plan import MemoryPlan, make_plan, misfit_message, plan_inputs
 from servekit.plan.fit import capture_risks
 from servekit.profiles.schema import Profile
 from servekit.tune.space import Settings, variant
+from servekit.units import to_gib
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +82,15 @@ def assess(profile: Profile, settings: Settings) -> Feasibility:
 def judge_plan(candidate: Profile, plan: MemoryPlan) -> Feasibility:
     """A planned candidate's feasibility."""
     risk, failure = capture_risks(plan)
+    weights = plan.weights.total_bytes
+    if weights >= plan.requested_bytes:
+        tp = plan.inputs.tensor_parallel_size
+        return Feasibility(
+            candidate,
+            f"the weights take {to_gib(weights):.1f} GiB per GPU at tensor parallel {tp}, "
+            f"more than the {to_gib(plan.requested_bytes):.1f} GiB gpu_memory_utilization "
+            f"{plan.inputs.gpu_memory_utilization} allows",
+        )
     if not plan.fits:
         return Feasibility(candidate, misfit_message(plan))
     if failure is not None:

@@ -48,6 +48,7 @@ class EngineOptions:
         api_key_env: environment variable holding the API key, if the engine needs one.
         warmup: requests sent before each measured point (not counted).
         timeout_s: seconds one request may take.
+        cpus: CPUs the engine runs on (process runtime), None: anywhere.
     """
 
     runtime: str
@@ -57,6 +58,7 @@ class EngineOptions:
     api_key_env: str = "OPENAI_API_KEY"
     warmup: int = 2
     timeout_s: float = 600.0
+    cpus: frozenset[int] | None = None
 
 
 class Engines:
