@@ -26,16 +26,24 @@ from sim_helpers import tiny_model  # noqa: E402
 
 @pytest.fixture
 def make_engine() -> Callable[..., Engine]:
-    """Build a small engine: make_engine(blocks=..., seqs=..., budget=..., k=..., seed=...)."""
+    """Build a small engine: make_engine(blocks=..., seqs=..., budget=..., k=..., seed=...),
+    and lookup=... (dynamic_sd_lookup), acceptance=... (ACCEPT if k)."""
 
     def build(
-        blocks: int = 1000, seqs: int = 64, budget: int = 2048, k: int = 0, seed: int = 0
+        blocks: int = 1000,
+        seqs: int = 64,
+        budget: int = 2048,
+        k: int = 0,
+        seed: int = 0,
+        *,
+        lookup: tuple[int, ...] | None = None,
+        acceptance: AcceptanceParams | None = None,
     ) -> Engine:
         return Engine(
             tiny_model(blocks),
-            EngineLimits(seqs, budget, k),
+            EngineLimits(seqs, budget, k, lookup),
             STEP,
-            ACCEPT if k else None,
+            (acceptance or ACCEPT) if k else None,
             random.Random(seed),
         )
 

@@ -19,6 +19,12 @@ computed (at most up to its last token, which is always recomputed for its logit
 EAGLE-style draft one more block is dropped), and its full blocks are cached as they are
 scheduled, output included when its output ids are given. Requests without token ids (the
 offline sweep's synthetic load) never hit and only take blocks. See `prefix_cache`.
+
+Speculative decoding proposes k drafts for each request after every step in which it samples
+a token, and the request verifies them in its next step. k is `num_speculative_tokens`, or
+with dynamic speculative decoding (`EngineLimits.dynamic_sd_lookup`) the lookup at the
+number of requests that step scheduled; a request kept from drafting (k 0) decodes plainly.
+A step is priced at the most drafts a request in it verifies (see `dynamic_sd`).
 """
 
 from __future__ import annotations
@@ -65,6 +71,17 @@ class Engine:
                 "speculative decoding needs acceptance probabilities",
                 fix="add simulator.acceptance to the profile",
             )
+        lookup = limits.dynamic_sd_lookup
+        k = limits.num_speculative_tokens
+        if lookup is not None and (
+            not k or len(lookup) != limits.max_num_seqs + 1 or not all(0 <= n <= k for n in lookup)
+        ):
+            raise SimulationError(
+                f"dynamic_sd_lookup has {len(lookup)} entries from {min(lookup, default=0)} to "
+                f"{max(lookup, default=0)}, for max_num_seqs {limits.max_num_seqs} and "
+                f"num_speculative_tokens {k}",
+                fix="build it with servekit.sim.dynamic_sd.dynamic_sd_lookup",
+            )
         if model.num_gpu_blocks <= 0:
             raise SimulationError(
                 "the KV pool has no blocks", fix="give the profile memory for a KV cache"
@@ -79,7 +96,8 @@ class Engine:
         self.waiting: deque[SimRequest] = deque()
         self.running: list[SimRequest] = []
         self.stats = EngineStats(accepted_per_position=[0] * limits.num_speculative_tokens)
-        self._pricer = StepPricer(model, step_params, limits.num_speculative_tokens)
+        self._pricer = StepPricer(model, step_params, k)
+        self._pricers = {k: self._pricer}  # by the drafts a step verifies
         self._probabilities: dict[float, tuple[float, ...]] = {}  # by temperature
 
     @property
@@ -139,6 +157,13 @@ class Engine:
                 self._release(request)
                 return True
         return False
+
+    def _pricer_for(self, k: int) -> StepPricer:
+        """The step pricer for steps whose requests verify k drafts."""
+        pricer = self._pricers.get(k)
+        if pricer is None:
+            pricer = self._pricers[k] = StepPricer(self.model, self.params, k)
+        return pricer
 
     def _blocks_for(self, tokens: int) -> int:
         return math.ceil(tokens / self.model.block_size)
@@ -247,6 +272,7 @@ class Engine:
     def step(self) -> StepResult:
         """Schedule and run one step; an idle engine returns a zero-length step."""
         k = self.limits.num_speculative_tokens
+        lookup = self.limits.dynamic_sd_lookup
         budget = self.limits.max_num_batched_tokens
         block_size = self.model.block_size
         plan: list[tuple[SimRequest, int, bool]] = []  # (request, tokens, is_decode)
@@ -260,6 +286,8 @@ class Engine:
                 tokens = min(request.prefill_target - computed, budget)
                 decode = False
             else:
+                if lookup is not None:
+                    k = request.drafts
                 remaining = request.max_tokens - request.output
                 # 1 + min(k, max(remaining - 1, 0)): the drafts that can still be used
                 tokens = k + 1 if remaining > k else (remaining if remaining > 0 else 1)
@@ -286,7 +314,23 @@ class Engine:
             self.running.append(request)
             plan.append((request, chunk, False))
             budget -= chunk
+        if lookup is not None:
+            return self._run_dynamic(plan, lookup)
         return self._run(plan, k)
+
+    def _run_dynamic(
+        self, plan: list[tuple[SimRequest, int, bool]], lookup: tuple[int, ...]
+    ) -> StepResult:
+        """`_run` with dynamic speculative decoding: the step is priced at the most drafts a
+        request verifies, then each request that sampled a token is given the drafts the
+        lookup holds for this step's batch size (vLLM's placeholders for its next step)."""
+        verified = (r.drafts for r, tokens, decode in plan if decode and tokens > 1)
+        result = self._run(plan, max(verified, default=0))
+        following = lookup[len(plan)] if plan else 0
+        for request, _, _ in plan:
+            if request.computed >= request.prefill_target:  # not a partial prefill chunk
+                request.drafts = following
+        return result
 
     def _run(self, plan: list[tuple[SimRequest, int, bool]], k: int) -> StepResult:
         """Run a scheduled step: one pass over the plan notes each request's context (the
@@ -338,7 +382,7 @@ class Engine:
             if new == left:
                 finished.append(request.id)
         batch = BatchShape(tuple(decode_ctx), tuple(verify_ctx), tuple(chunks), k)
-        pricer = self._pricer
+        pricer = self._pricer if k == self.limits.num_speculative_tokens else self._pricer_for(k)
         duration = pricer.duration_s(
             len(decode_ctx),
             len(verify_ctx),
@@ -374,12 +418,17 @@ class Engine:
             The steps run, or None when the next step is not a pure decode step (a request
             prefills, a waiting request could be admitted, the batch exceeds the token
             budget, or it needs blocks that are not free), a running request takes part
-            in prefix caching (its blocks are named as they fill), or `step()` has been
+            in prefix caching (its blocks are named as they fill), with dynamic speculative
+            decoding a request verifies other than the lookup's k for this batch size (its
+            drafts were proposed after a step of another size), or `step()` has been
             replaced; call `step()` then.
         """
         running = self.running
         limits = self.limits
-        k = limits.num_speculative_tokens
+        lookup = limits.dynamic_sd_lookup
+        # Every step of a window schedules the same requests, so with a lookup its k is
+        # lookup[len(running)] throughout, once each request's drafts are that k.
+        k = limits.num_speculative_tokens if lookup is None else lookup[len(running)]
         if (
             # the steps of a window are this class's step(); with step() replaced (by a
             # subclass, or a wrapper on the instance that watches each step) every step
@@ -390,9 +439,10 @@ class Engine:
             or len(running) * (k + 1) > limits.max_num_batched_tokens
             # newly admitted requests (the ones still prefilling, mostly) are at the end
             or any(r.computed < r.prefill_target or r.cached is not None for r in reversed(running))
+            or (lookup is not None and any(r.drafts != k for r in running))
         ):
             return None
-        pool, stats, pricer = self.pool, self.stats, self._pricer
+        pool, stats, pricer = self.pool, self.stats, self._pricer_for(k)
         if not k:
             window = decode_only_window(running, self.model, pool, stats, pricer, stop)
         elif len(running) == 1:
