@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import sys
 from collections.abc import Callable
@@ -27,7 +28,7 @@ from sim_helpers import tiny_model  # noqa: E402
 @pytest.fixture
 def make_engine() -> Callable[..., Engine]:
     """Build a small engine: make_engine(blocks=..., seqs=..., budget=..., k=..., seed=...),
-    and lookup=... (dynamic_sd_lookup), acceptance=... (ACCEPT if k)."""
+    and lookup=... (dynamic_sd_lookup), chunked=False, acceptance=... (ACCEPT if k)."""
 
     def build(
         blocks: int = 1000,
@@ -37,11 +38,13 @@ def make_engine() -> Callable[..., Engine]:
         seed: int = 0,
         *,
         lookup: tuple[int, ...] | None = None,
+        chunked: bool = True,
         acceptance: AcceptanceParams | None = None,
+        max_model_len: int = 8192,
     ) -> Engine:
         return Engine(
-            tiny_model(blocks),
-            EngineLimits(seqs, budget, k, lookup),
+            dataclasses.replace(tiny_model(blocks), max_model_len=max_model_len),
+            EngineLimits(seqs, budget, k, lookup, chunked),
             STEP,
             (acceptance or ACCEPT) if k else None,
             random.Random(seed),

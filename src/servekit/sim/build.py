@@ -68,10 +68,12 @@ def build_engine(
 
     The engine follows the profile's scheduler settings as vLLM V1 does: dynamic speculative
     decoding from `speculative_config.num_speculative_tokens_per_batch_size` (ignored with
-    `data_parallel_size` above 1, and when empty, as vLLM ignores it then).
+    `data_parallel_size` above 1, and when empty, as vLLM ignores it then), and chunked
+    prefill unless `serve_args.enable_chunked_prefill` is false.
 
     Raises:
-        SimulationError: the batch-size schedule is invalid (vLLM refuses to start).
+        SimulationError: the batch-size schedule is invalid, or chunked prefill is off with
+            `max_num_batched_tokens` below `max_model_len` (vLLM refuses to start on both).
     """
     spec = profile.speculative.config if profile.speculative else None
     k = spec.num_speculative_tokens if spec else 0
@@ -88,6 +90,8 @@ def build_engine(
         max_num_batched_tokens=args.max_num_batched_tokens,
         num_speculative_tokens=k,
         dynamic_sd_lookup=lookup,
+        # vLLM V1 chunks prefills unless told not to (None is its default, on).
+        enable_chunked_prefill=args.enable_chunked_prefill is not False,
     )
     return Engine(
         profile_sim_model(profile, num_gpu_blocks=num_gpu_blocks),

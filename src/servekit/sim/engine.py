@@ -3,7 +3,9 @@
 One call to `step()` schedules and runs one engine step and returns its duration and the
 tokens each request gained. Scheduling follows vLLM V1: running requests first in admission
 order (decodes and unfinished prefill chunks) within `max_num_batched_tokens`, then waiting
-requests FCFS while `max_num_seqs`, the budget and free KV blocks allow (chunked prefill).
+requests FCFS while `max_num_seqs`, the budget and free KV blocks allow (chunked prefill;
+with `enable_chunked_prefill` off a waiting request is admitted only when its whole prefill
+fits the budget left, and the queue waits behind it otherwise).
 When a running request needs a block and none is free, the most recently admitted request
 is preempted by recompute (its blocks freed, back to the head of the queue). The clock is
 the caller's: the engine has no time source and draws randomness only from the given RNG.
@@ -81,6 +83,20 @@ class Engine:
                 f"{max(lookup, default=0)}, for max_num_seqs {limits.max_num_seqs} and "
                 f"num_speculative_tokens {k}",
                 fix="build it with servekit.sim.dynamic_sd.dynamic_sd_lookup",
+            )
+        if (
+            not limits.enable_chunked_prefill
+            and limits.max_num_batched_tokens < model.max_model_len
+        ):
+            # vLLM refuses to start (SchedulerConfig.verify_max_model_len): a prompt longer
+            # than the budget could never be scheduled.
+            raise SimulationError(
+                f"with chunked prefill off, max_num_batched_tokens "
+                f"{limits.max_num_batched_tokens} must be at least max_model_len "
+                f"{model.max_model_len} (vLLM refuses to start)",
+                fix=f"raise max_num_batched_tokens to {model.max_model_len}, lower "
+                f"max_model_len to {limits.max_num_batched_tokens}, or leave "
+                "enable_chunked_prefill on",
             )
         if model.num_gpu_blocks <= 0:
             raise SimulationError(
@@ -184,11 +200,17 @@ class Engine:
         """Give the head of the queue its cached prefix and blocks for its first chunk.
 
         Returns:
-            The chunk's tokens, or None when the blocks are not there (nothing changes then).
+            The chunk's tokens, or None when the blocks are not there or, with chunked
+            prefill off, the budget does not hold its whole prefill (nothing changes then).
         """
         cached = request.cached
+        whole = not self.limits.enable_chunked_prefill
         if cached is None or request.computed:
-            tokens = min(request.prefill_target - request.computed, budget)
+            tokens = request.prefill_target - request.computed
+            if tokens > budget:
+                if whole:
+                    return None  # vLLM stops admitting for this step
+                tokens = budget
             return tokens if self._grow(request, tokens) else None
         known = request.prompt_tokens + request.output
         # The last token is always recomputed (its logits are needed), and block-aligned.
@@ -197,7 +219,11 @@ class Engine:
         if self.drop_eagle_block and hit:
             hit.pop()  # EAGLE drafts need the hidden states of the tokens before the tail
         hit_tokens = len(hit) * self.model.block_size
-        tokens = min(request.prefill_target - hit_tokens, budget)
+        tokens = request.prefill_target - hit_tokens
+        if tokens > budget:
+            if whole:
+                return None  # before the lookup counts: vLLM counts it at admission
+            tokens = budget
         need = self._blocks_for(hit_tokens + tokens) - len(hit)
         if need + sum(1 for block in hit if block.refs == 0) > self.pool.free:
             return None
