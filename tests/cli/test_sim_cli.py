@@ -82,3 +82,28 @@ def test_sim_run_usage_errors() -> None:
     code, _, err = run("sim", "run", "--profile", "llama-3.1-70b-4xh100", "--concurrency", "a,b")
     assert code == 2
     assert "--concurrency 'a,b' is not a comma-separated list" in err
+
+
+def test_sim_run_refuses_chunked_prefill_off_below_max_model_len() -> None:
+    """--set enable_chunked_prefill=false with the budget below max_model_len is an error
+    (exit 1) naming both values, as vLLM refuses to start."""
+    code, _, err = run(
+        "sim", "run", "--profile", "llama-3.1-70b-4xh100", "--concurrency", "1",
+        "--set", "enable_chunked_prefill=false",
+    )  # fmt: skip
+    assert code == 1
+    assert "max_num_batched_tokens 8192 must be at least max_model_len 32768" in err
+
+
+def test_sim_run_follows_a_batch_size_schedule() -> None:
+    """With num_speculative_tokens_per_batch_size [[1,2,3],[3,128,0]] the point at
+    concurrency 1 speculates and the one at 8 reports no acceptance (nothing drafted)."""
+    code, out, err = run(
+        "sim", "run", "--profile", "minimax-m3-mxfp8-8xa800", "--concurrency", "1,8",
+        "--requests-per-point", "8", "--input-len", "128", "--output-len", "16", "--json",
+        "--set", "speculative.config.num_speculative_tokens_per_batch_size=[[1,2,3],[3,128,0]]",
+    )  # fmt: skip
+    assert code == 0, err
+    one, eight = json.loads(out)["points"]
+    assert one["server"]["spec_acceptance_length"] > 1
+    assert eight["server"]["spec_acceptance_length"] is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import sys
 from collections.abc import Callable
@@ -26,16 +27,26 @@ from sim_helpers import tiny_model  # noqa: E402
 
 @pytest.fixture
 def make_engine() -> Callable[..., Engine]:
-    """Build a small engine: make_engine(blocks=..., seqs=..., budget=..., k=..., seed=...)."""
+    """Build a small engine: make_engine(blocks=..., seqs=..., budget=..., k=..., seed=...),
+    and lookup=... (dynamic_sd_lookup), chunked=False, acceptance=... (ACCEPT if k)."""
 
     def build(
-        blocks: int = 1000, seqs: int = 64, budget: int = 2048, k: int = 0, seed: int = 0
+        blocks: int = 1000,
+        seqs: int = 64,
+        budget: int = 2048,
+        k: int = 0,
+        seed: int = 0,
+        *,
+        lookup: tuple[int, ...] | None = None,
+        chunked: bool = True,
+        acceptance: AcceptanceParams | None = None,
+        max_model_len: int = 8192,
     ) -> Engine:
         return Engine(
-            tiny_model(blocks),
-            EngineLimits(seqs, budget, k),
+            dataclasses.replace(tiny_model(blocks), max_model_len=max_model_len),
+            EngineLimits(seqs, budget, k, lookup, chunked),
             STEP,
-            ACCEPT if k else None,
+            (acceptance or ACCEPT) if k else None,
             random.Random(seed),
         )
 

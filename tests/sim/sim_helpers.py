@@ -1,9 +1,12 @@
-"""Helpers the simulator tests share: a small dense model and jittered chunk arrivals."""
+"""Helpers the simulator tests share: a small dense model, jittered chunk arrivals and
+batch-size schedules for dynamic speculative decoding."""
 
 from __future__ import annotations
 
 import dataclasses
 import random
+
+from hypothesis import strategies as st
 
 from servekit.records import RequestRecord
 from servekit.sim.model import SimModel
@@ -41,3 +44,16 @@ def jittered(
             times[i] = max(times[i], times[i - 1] + 1)
         out.append(dataclasses.replace(r, chunk_ns=tuple(times), first_token_ns=times[0]))
     return out
+
+
+@st.composite
+def batch_size_schedules(draw: st.DrawFn, max_k: int = 5) -> list[tuple[int, int, int]]:
+    """A valid `num_speculative_tokens_per_batch_size`: ranges from batch size 1, with gaps
+    between them, k from 0 to max_k (above the engine's k too), in any order."""
+    ranges = []
+    first = 1
+    for _ in range(draw(st.integers(1, 4))):
+        last = first + draw(st.integers(0, 12))
+        ranges.append((first, last, draw(st.integers(0, max_k))))
+        first = last + 1 + draw(st.integers(0, 6))
+    return draw(st.permutations(ranges))

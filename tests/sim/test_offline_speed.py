@@ -23,9 +23,11 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sim_helpers import batch_size_schedules  # type: ignore[import-not-found]
 
 from servekit.errors import SimulationError
 from servekit.results.summary import Workload
+from servekit.sim.dynamic_sd import dynamic_sd_lookup
 from servekit.sim.engine import DecodeWindow, Engine, EngineLimits, StepResult
 from servekit.sim.model import SimModel
 from servekit.sim.offline import LoadPoint, run_point
@@ -180,23 +182,34 @@ def test_pricer_equals_step_time_s(data: st.DataObject, k: int, whole: bool) -> 
             assert value == pytest.approx(expected, rel=1e-12, abs=0.0)
 
 
-@settings(max_examples=80, deadline=None)
-@given(
-    data=st.data(),
-    k=st.sampled_from([0, 0, 2, 3]),
-    seed=st.integers(0, 2**32),
-)
-def test_decode_windows_run_the_steps_step_would_run(
-    data: st.DataObject, k: int, seed: int
+class _Windows(Engine):
+    """The engine, counting the decode windows it runs."""
+
+    windows = 0
+
+    def decode_window(self, stop: Callable[[float], bool] | None = None) -> DecodeWindow | None:
+        window = super().decode_window(stop)
+        self.windows += window is not None
+        return window
+
+
+def _windows_agree_with_steps(
+    data: st.DataObject, k: int, seed: int, *, dynamic: bool = False
 ) -> None:
-    """A point run with decode windows gives the same records, counters and samples as the
-    same point run one `step()` at a time (closed and open loops, preemption included)."""
+    """Run one random point with decode windows and one `step()` at a time; assert the
+    records, counters and samples are equal."""
     model = _random_model(data, whole=data.draw(st.booleans()))
-    limits = EngineLimits(
-        max_num_seqs=data.draw(st.integers(1, 24)),
-        max_num_batched_tokens=data.draw(st.sampled_from([64, 512, 4096])),
-        num_speculative_tokens=k,
-    )
+    seqs = data.draw(st.integers(1, 24))
+    budget = data.draw(st.sampled_from([64, 512, 4096]))
+    lookup = chunked = None
+    if dynamic:
+        schedule = data.draw(batch_size_schedules(max_k=4))
+        lookup = dynamic_sd_lookup(schedule, max_num_seqs=seqs, num_speculative_tokens=k)
+        chunked = data.draw(st.booleans())
+        if not chunked:  # vLLM needs the budget to hold the longest request then
+            budget = max(budget, 512)
+            model = dataclasses.replace(model, max_model_len=budget)
+    limits = EngineLimits(seqs, budget, k, lookup, chunked is not False)
     acceptance = AcceptanceParams(((0.0, (0.9, 0.7, 0.5, 0.4)), (1.0, (0.6, 0.4, 0.3, 0.2))))
     requests = data.draw(st.integers(1, 30))
     load = data.draw(st.sampled_from(["closed", "poisson", "gamma:0.5", "inf"]))
@@ -214,7 +227,7 @@ def test_decode_windows_run_the_steps_step_would_run(
     one = -(-(point.input_len + point.output_len + k) // model.block_size)
     model = dataclasses.replace(model, num_gpu_blocks=one * data.draw(st.integers(1, 12)))
     runs = []
-    for engine_class in (Engine, _StepByStep):
+    for engine_class in (_Windows, _StepByStep):
         engine = engine_class(
             model, limits, STEP_PARAMS, acceptance if k else None, random.Random(seed)
         )
@@ -225,6 +238,50 @@ def test_decode_windows_run_the_steps_step_would_run(
             continue
         runs.append((run, engine.stats, engine.free_blocks))
     assert runs[0] == runs[1]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    data=st.data(),
+    k=st.sampled_from([0, 0, 2, 3]),
+    seed=st.integers(0, 2**32),
+)
+def test_decode_windows_run_the_steps_step_would_run(
+    data: st.DataObject, k: int, seed: int
+) -> None:
+    """A point run with decode windows gives the same records, counters and samples as the
+    same point run one `step()` at a time (closed and open loops, preemption included)."""
+    _windows_agree_with_steps(data, k, seed)
+
+
+@settings(max_examples=80, deadline=None)
+@given(data=st.data(), k=st.sampled_from([1, 2, 3, 4]), seed=st.integers(0, 2**32))
+def test_decode_windows_run_the_steps_step_would_run_with_a_schedule(
+    data: st.DataObject, k: int, seed: int
+) -> None:
+    """With a random batch-size schedule of dynamic speculative decoding (and chunked
+    prefill on or off) windows and `step()` still give the same records and counters."""
+    _windows_agree_with_steps(data, k, seed, dynamic=True)
+
+
+@pytest.mark.parametrize("concurrency", [1, 2, 3, 8])
+def test_windows_run_under_a_schedule(concurrency: int) -> None:
+    """On the M3 golden inputs with the schedule [[1,2,3],[3,128,0]], decode windows run
+    (at k 3 below batch size 3 and k 0 from it) and equal `step()` one at a time."""
+    config = load_case("m3-eagle3")
+    model = SimModel(**config["model"])
+    lookup = dynamic_sd_lookup([(1, 2, 3), (3, 128, 0)], max_num_seqs=128, num_speculative_tokens=3)
+    limits = dataclasses.replace(EngineLimits(**config["limits"]), dynamic_sd_lookup=lookup)
+    step = StepTimeParams(**config["step"])
+    acceptance = AcceptanceParams(tuple((t, tuple(p)) for t, p in config["acceptance"]))
+    point = LoadPoint("c", 24, 1024, 128, 0.7, concurrency=concurrency)
+    windows = _Windows(model, limits, step, acceptance, random.Random(3))
+    steps = _StepByStep(model, limits, step, acceptance, random.Random(3))
+    got = run_point(windows, point, random.Random(4))
+    assert got == run_point(steps, point, random.Random(4))
+    assert windows.stats == steps.stats
+    assert windows.windows > 0
+    assert (windows.stats.draft_tokens > 0) == (concurrency < 3)
 
 
 def test_a_replaced_step_sees_every_step() -> None:

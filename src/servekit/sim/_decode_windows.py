@@ -4,7 +4,10 @@
 runs the steps `Engine.step()` would run one by one, with the same RNG draws in the same
 order and the same integers stored on the requests, blocks and counters; it returns the
 window, and the engine then finishes the requests named in it. A request's progress is
-kept in local lists while a window runs and written back at its end.
+kept in local lists while a window runs and written back at its end. The drafts per request,
+k, are the same in every step of a window: with dynamic speculative decoding the engine
+starts one only when each request's drafts are the lookup's k for the batch, which no step
+of the window changes (the same requests are scheduled in each).
 """
 
 from __future__ import annotations

@@ -15,11 +15,26 @@ from servekit.sim.step_time import BatchShape
 
 @dataclass(frozen=True, slots=True)
 class EngineLimits:
-    """Scheduler limits, in vLLM's spelling."""
+    """Scheduler limits and switches, in vLLM's spelling.
+
+    Attributes:
+        max_num_seqs: the most requests running at once.
+        max_num_batched_tokens: the token budget of one step.
+        num_speculative_tokens: k, the drafts proposed per request after a step (0: no
+            speculative decoding); with `dynamic_sd_lookup`, the most.
+        dynamic_sd_lookup: dynamic speculative decoding, from `dynamic_sd.dynamic_sd_lookup`:
+            entry n is the drafts proposed after a step that scheduled n requests (n from 1
+            to max_num_seqs; entry 0 unused). None: always num_speculative_tokens.
+        enable_chunked_prefill: False: a waiting request is admitted only when its whole
+            prefill fits the step's remaining budget (it and those behind it wait
+            otherwise), so no prefill is ever split over steps.
+    """
 
     max_num_seqs: int
     max_num_batched_tokens: int
     num_speculative_tokens: int = 0
+    dynamic_sd_lookup: tuple[int, ...] | None = None
+    enable_chunked_prefill: bool = True
 
 
 @dataclass(slots=True)
@@ -49,6 +64,7 @@ class SimRequest:
     cached: list[CachedBlock] | None = None  # held blocks with a hash, the first ones
     block_hashes: list[int] | None = None  # hashes of the full blocks known so far
     hit_tokens: int | None = None
+    drafts: int = 0  # with dynamic_sd_lookup: drafts proposed for it after its last sample
 
     @property
     def prefilling(self) -> bool:

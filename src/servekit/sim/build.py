@@ -7,6 +7,7 @@ import random
 from servekit.hardware import lookup_gpu
 from servekit.plan import make_plan, plan_inputs
 from servekit.profiles.schema import Profile
+from servekit.sim.dynamic_sd import dynamic_sd_lookup
 from servekit.sim.engine import Engine, EngineLimits
 from servekit.sim.model import SimModel, sim_model
 from servekit.sim.params import AcceptanceParams, StepTimeParams
@@ -63,13 +64,34 @@ def build_engine(
     step_params: StepTimeParams | None = None,
     acceptance: AcceptanceParams | None = None,
 ) -> Engine:
-    """Return a fresh simulated engine for a profile."""
+    """Return a fresh simulated engine for a profile.
+
+    The engine follows the profile's scheduler settings as vLLM V1 does: dynamic speculative
+    decoding from `speculative_config.num_speculative_tokens_per_batch_size` (ignored with
+    `data_parallel_size` above 1, and when empty, as vLLM ignores it then), and chunked
+    prefill unless `serve_args.enable_chunked_prefill` is false.
+
+    Raises:
+        SimulationError: the batch-size schedule is invalid, or chunked prefill is off with
+            `max_num_batched_tokens` below `max_model_len` (vLLM refuses to start on both).
+    """
     spec = profile.speculative.config if profile.speculative else None
     k = spec.num_speculative_tokens if spec else 0
+    args = profile.serve_args
+    schedule = spec.num_speculative_tokens_per_batch_size if spec else None
+    lookup = None
+    # vLLM drops the schedule under data parallelism (ranks would pick different k).
+    if schedule and (args.data_parallel_size or 1) == 1:
+        lookup = dynamic_sd_lookup(
+            schedule, max_num_seqs=args.max_num_seqs, num_speculative_tokens=k
+        )
     limits = EngineLimits(
-        max_num_seqs=profile.serve_args.max_num_seqs,
-        max_num_batched_tokens=profile.serve_args.max_num_batched_tokens,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
         num_speculative_tokens=k,
+        dynamic_sd_lookup=lookup,
+        # vLLM V1 chunks prefills unless told not to (None is its default, on).
+        enable_chunked_prefill=args.enable_chunked_prefill is not False,
     )
     return Engine(
         profile_sim_model(profile, num_gpu_blocks=num_gpu_blocks),
@@ -78,6 +100,6 @@ def build_engine(
         (acceptance or profile_acceptance(profile)) if k else None,
         random.Random(seed),
         # vLLM V1 caches prefixes unless told not to (None is its default, on).
-        enable_prefix_caching=profile.serve_args.enable_prefix_caching is not False,
+        enable_prefix_caching=args.enable_prefix_caching is not False,
         drop_eagle_block=spec is not None and spec.method in EAGLE_METHODS,
     )

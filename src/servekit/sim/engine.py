@@ -3,7 +3,9 @@
 One call to `step()` schedules and runs one engine step and returns its duration and the
 tokens each request gained. Scheduling follows vLLM V1: running requests first in admission
 order (decodes and unfinished prefill chunks) within `max_num_batched_tokens`, then waiting
-requests FCFS while `max_num_seqs`, the budget and free KV blocks allow (chunked prefill).
+requests FCFS while `max_num_seqs`, the budget and free KV blocks allow (chunked prefill;
+with `enable_chunked_prefill` off a waiting request is admitted only when its whole prefill
+fits the budget left, and the queue waits behind it otherwise).
 When a running request needs a block and none is free, the most recently admitted request
 is preempted by recompute (its blocks freed, back to the head of the queue). The clock is
 the caller's: the engine has no time source and draws randomness only from the given RNG.
@@ -19,6 +21,12 @@ computed (at most up to its last token, which is always recomputed for its logit
 EAGLE-style draft one more block is dropped), and its full blocks are cached as they are
 scheduled, output included when its output ids are given. Requests without token ids (the
 offline sweep's synthetic load) never hit and only take blocks. See `prefix_cache`.
+
+Speculative decoding proposes k drafts for each request after every step in which it samples
+a token, and the request verifies them in its next step. k is `num_speculative_tokens`, or
+with dynamic speculative decoding (`EngineLimits.dynamic_sd_lookup`) the lookup at the
+number of requests that step scheduled; a request kept from drafting (k 0) decodes plainly.
+A step is priced at the most drafts a request in it verifies (see `dynamic_sd`).
 """
 
 from __future__ import annotations
@@ -65,6 +73,31 @@ class Engine:
                 "speculative decoding needs acceptance probabilities",
                 fix="add simulator.acceptance to the profile",
             )
+        lookup = limits.dynamic_sd_lookup
+        k = limits.num_speculative_tokens
+        if lookup is not None and (
+            not k or len(lookup) != limits.max_num_seqs + 1 or not all(0 <= n <= k for n in lookup)
+        ):
+            raise SimulationError(
+                f"dynamic_sd_lookup has {len(lookup)} entries from {min(lookup, default=0)} to "
+                f"{max(lookup, default=0)}, for max_num_seqs {limits.max_num_seqs} and "
+                f"num_speculative_tokens {k}",
+                fix="build it with servekit.sim.dynamic_sd.dynamic_sd_lookup",
+            )
+        if (
+            not limits.enable_chunked_prefill
+            and limits.max_num_batched_tokens < model.max_model_len
+        ):
+            # vLLM refuses to start (SchedulerConfig.verify_max_model_len): a prompt longer
+            # than the budget could never be scheduled.
+            raise SimulationError(
+                f"with chunked prefill off, max_num_batched_tokens "
+                f"{limits.max_num_batched_tokens} must be at least max_model_len "
+                f"{model.max_model_len} (vLLM refuses to start)",
+                fix=f"raise max_num_batched_tokens to {model.max_model_len}, lower "
+                f"max_model_len to {limits.max_num_batched_tokens}, or leave "
+                "enable_chunked_prefill on",
+            )
         if model.num_gpu_blocks <= 0:
             raise SimulationError(
                 "the KV pool has no blocks", fix="give the profile memory for a KV cache"
@@ -79,7 +112,8 @@ class Engine:
         self.waiting: deque[SimRequest] = deque()
         self.running: list[SimRequest] = []
         self.stats = EngineStats(accepted_per_position=[0] * limits.num_speculative_tokens)
-        self._pricer = StepPricer(model, step_params, limits.num_speculative_tokens)
+        self._pricer = StepPricer(model, step_params, k)
+        self._pricers = {k: self._pricer}  # by the drafts a step verifies
         self._probabilities: dict[float, tuple[float, ...]] = {}  # by temperature
 
     @property
@@ -140,6 +174,13 @@ class Engine:
                 return True
         return False
 
+    def _pricer_for(self, k: int) -> StepPricer:
+        """The step pricer for steps whose requests verify k drafts."""
+        pricer = self._pricers.get(k)
+        if pricer is None:
+            pricer = self._pricers[k] = StepPricer(self.model, self.params, k)
+        return pricer
+
     def _blocks_for(self, tokens: int) -> int:
         return math.ceil(tokens / self.model.block_size)
 
@@ -159,11 +200,17 @@ class Engine:
         """Give the head of the queue its cached prefix and blocks for its first chunk.
 
         Returns:
-            The chunk's tokens, or None when the blocks are not there (nothing changes then).
+            The chunk's tokens, or None when the blocks are not there or, with chunked
+            prefill off, the budget does not hold its whole prefill (nothing changes then).
         """
         cached = request.cached
+        whole = not self.limits.enable_chunked_prefill
         if cached is None or request.computed:
-            tokens = min(request.prefill_target - request.computed, budget)
+            tokens = request.prefill_target - request.computed
+            if tokens > budget:
+                if whole:
+                    return None  # vLLM stops admitting for this step
+                tokens = budget
             return tokens if self._grow(request, tokens) else None
         known = request.prompt_tokens + request.output
         # The last token is always recomputed (its logits are needed), and block-aligned.
@@ -172,7 +219,11 @@ class Engine:
         if self.drop_eagle_block and hit:
             hit.pop()  # EAGLE drafts need the hidden states of the tokens before the tail
         hit_tokens = len(hit) * self.model.block_size
-        tokens = min(request.prefill_target - hit_tokens, budget)
+        tokens = request.prefill_target - hit_tokens
+        if tokens > budget:
+            if whole:
+                return None  # before the lookup counts: vLLM counts it at admission
+            tokens = budget
         need = self._blocks_for(hit_tokens + tokens) - len(hit)
         if need + sum(1 for block in hit if block.refs == 0) > self.pool.free:
             return None
@@ -247,6 +298,7 @@ class Engine:
     def step(self) -> StepResult:
         """Schedule and run one step; an idle engine returns a zero-length step."""
         k = self.limits.num_speculative_tokens
+        lookup = self.limits.dynamic_sd_lookup
         budget = self.limits.max_num_batched_tokens
         block_size = self.model.block_size
         plan: list[tuple[SimRequest, int, bool]] = []  # (request, tokens, is_decode)
@@ -260,6 +312,8 @@ class Engine:
                 tokens = min(request.prefill_target - computed, budget)
                 decode = False
             else:
+                if lookup is not None:
+                    k = request.drafts
                 remaining = request.max_tokens - request.output
                 # 1 + min(k, max(remaining - 1, 0)): the drafts that can still be used
                 tokens = k + 1 if remaining > k else (remaining if remaining > 0 else 1)
@@ -286,7 +340,23 @@ class Engine:
             self.running.append(request)
             plan.append((request, chunk, False))
             budget -= chunk
+        if lookup is not None:
+            return self._run_dynamic(plan, lookup)
         return self._run(plan, k)
+
+    def _run_dynamic(
+        self, plan: list[tuple[SimRequest, int, bool]], lookup: tuple[int, ...]
+    ) -> StepResult:
+        """`_run` with dynamic speculative decoding: the step is priced at the most drafts a
+        request verifies, then each request that sampled a token is given the drafts the
+        lookup holds for this step's batch size (vLLM's placeholders for its next step)."""
+        verified = (r.drafts for r, tokens, decode in plan if decode and tokens > 1)
+        result = self._run(plan, max(verified, default=0))
+        following = lookup[len(plan)] if plan else 0
+        for request, _, _ in plan:
+            if request.computed >= request.prefill_target:  # not a partial prefill chunk
+                request.drafts = following
+        return result
 
     def _run(self, plan: list[tuple[SimRequest, int, bool]], k: int) -> StepResult:
         """Run a scheduled step: one pass over the plan notes each request's context (the
@@ -338,7 +408,7 @@ class Engine:
             if new == left:
                 finished.append(request.id)
         batch = BatchShape(tuple(decode_ctx), tuple(verify_ctx), tuple(chunks), k)
-        pricer = self._pricer
+        pricer = self._pricer if k == self.limits.num_speculative_tokens else self._pricer_for(k)
         duration = pricer.duration_s(
             len(decode_ctx),
             len(verify_ctx),
@@ -374,12 +444,17 @@ class Engine:
             The steps run, or None when the next step is not a pure decode step (a request
             prefills, a waiting request could be admitted, the batch exceeds the token
             budget, or it needs blocks that are not free), a running request takes part
-            in prefix caching (its blocks are named as they fill), or `step()` has been
+            in prefix caching (its blocks are named as they fill), with dynamic speculative
+            decoding a request verifies other than the lookup's k for this batch size (its
+            drafts were proposed after a step of another size), or `step()` has been
             replaced; call `step()` then.
         """
         running = self.running
         limits = self.limits
-        k = limits.num_speculative_tokens
+        lookup = limits.dynamic_sd_lookup
+        # Every step of a window schedules the same requests, so with a lookup its k is
+        # lookup[len(running)] throughout, once each request's drafts are that k.
+        k = limits.num_speculative_tokens if lookup is None else lookup[len(running)]
         if (
             # the steps of a window are this class's step(); with step() replaced (by a
             # subclass, or a wrapper on the instance that watches each step) every step
@@ -390,9 +465,10 @@ class Engine:
             or len(running) * (k + 1) > limits.max_num_batched_tokens
             # newly admitted requests (the ones still prefilling, mostly) are at the end
             or any(r.computed < r.prefill_target or r.cached is not None for r in reversed(running))
+            or (lookup is not None and any(r.drafts != k for r in running))
         ):
             return None
-        pool, stats, pricer = self.pool, self.stats, self._pricer
+        pool, stats, pricer = self.pool, self.stats, self._pricer_for(k)
         if not k:
             window = decode_only_window(running, self.model, pool, stats, pricer, stop)
         elif len(running) == 1:

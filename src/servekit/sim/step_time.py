@@ -34,7 +34,9 @@ class BatchShape:
         decode_contexts: context length of each request decoding one token.
         verify_contexts: context length of each request verifying k+1 tokens.
         prefill_chunks: (chunk tokens, tokens already computed) per prefilling request.
-        num_speculative_tokens: k, draft tokens per verifying request.
+        num_speculative_tokens: k, draft tokens per verifying request (with dynamic
+            speculative decoding, the drafts of this step's verifications, which vary from
+            step to step; a request near its end verifying fewer is priced at k).
     """
 
     decode_contexts: tuple[int, ...] = ()
@@ -154,7 +156,7 @@ def step_time_s(batch: BatchShape, model: SimModel, params: StepTimeParams) -> f
 
 
 class StepPricer:
-    """`step_time_s` for one model and set of coefficients, priced from a batch's sums.
+    """`step_time_s` for one model, set of coefficients and k, priced from a batch's sums.
 
     The engine's fast path: instead of a `BatchShape` walked context by context, a step is
     given by its request counts and the sums of its contexts (plain, and capped at the
@@ -162,7 +164,8 @@ class StepPricer:
     order are `step_work`'s and `step_time_from_work`'s; only the sums are formed in
     integers first, so the result equals `step_time_s` exactly when the model's per-token
     bytes and FLOPs are whole numbers (as planner-derived models' are) and to float
-    rounding otherwise. `tests/sim/test_offline_speed.py` checks both.
+    rounding otherwise. `tests/sim/test_offline_speed.py` checks both. k is fixed: under
+    dynamic speculative decoding the engine keeps one pricer per k its steps verify.
     """
 
     __slots__ = ("_cap", "_compute_rate", "_k", "_memory_rate", "_model", "_params", "_weights")
