@@ -91,8 +91,8 @@ def seed_spread(seeds: int) -> None:
     for c in chosen:
         goodputs, ladders = [], []
         for seed in range(seeds):
-            sim = Simulator(workload, parse_slo(SLO),
-                            SimModel(profile_step_params(profile), None, "profile"), seed=seed)  # fmt: skip
+            model = SimModel(profile_step_params(profile), None, "profile")
+            sim = Simulator(workload, parse_slo(SLO), model, seed=seed)
             goodputs.append(sim.search(c.replica(), 256).goodput_per_gpu)
             ladder = sim.ladder(c.replica(), 256)
             ladders.append(sum(r.output_tok_s for r in ladder) / len(ladder) / 8)

@@ -72,7 +72,7 @@ def _until(condition: object, seconds: float) -> bool:
 def test_owner_killed_the_engine_group_is_stopped_and_forgotten(tmp_path: Path) -> None:
     """SIGKILL to the owner: the watchdog stops every process of the engine's group and
     removes its state, then exits."""
-    engine, state = _engine(tmp_path, "eng")
+    engine, _ = _engine(tmp_path, "eng")
     owner = subprocess.Popen(["sleep", "300"])
     watchdog = _watchdog(owner, tmp_path, "eng")
     try:

@@ -103,14 +103,32 @@ def test_rate_search_brackets_the_rate_within_its_precision() -> None:
 
 
 def test_candidates_that_differ_in_memory_only_share_simulations() -> None:
-    """gpu_memory_utilization and the graph estimate do not change the steps: one candidate's
-    run answers the other's when its KV pool was never short."""
+    """gpu_memory_utilization and the graph estimate do not change the steps: a candidate
+    with a larger KV pool reuses the runs of one whose pool never ran short, and gets what a
+    fresh simulation of its own gives."""
     sim = _sim("per_stream_p50>=60tok/s")
-    a = sim.search(_replica(_settings()), 64)  # type: ignore[arg-type]
+    small = _replica(_settings(gpu_memory_utilization=0.95, estimate_cudagraphs=False))
+    large = _replica(_settings(estimate_cudagraphs=False))
+    assert large.num_gpu_blocks > small.num_gpu_blocks  # type: ignore[attr-defined]
+    sim.search(small, 64)  # type: ignore[arg-type]
     simulated = sim.simulated
-    b = sim.search(_replica(_settings(gpu_memory_utilization=0.95)), 64)  # type: ignore[arg-type]
-    assert (a.load, a.goodput_rps) == (b.load, b.goodput_rps)
-    assert sim.reused >= len(b.tried) or sim.simulated == simulated + len(b.tried)
+    shared = sim.search(large, 64)  # type: ignore[arg-type]
+    assert sim.simulated == simulated  # every point reused
+    fresh = _sim("per_stream_p50>=60tok/s").search(large, 64)  # type: ignore[arg-type]
+    assert shared == fresh
+
+
+def test_a_pool_that_ran_short_is_not_shared() -> None:
+    """A run whose KV pool refused blocks is specific to that pool: a larger pool simulates
+    its own (and its result differs)."""
+    sim = _sim("per_stream_p50>=60tok/s")
+    base = _replica(_settings())
+    tiny = dataclasses.replace(base, num_gpu_blocks=12)  # type: ignore[type-var]
+    short = sim.run(tiny, 4, 64)  # type: ignore[arg-type]
+    simulated = sim.simulated
+    full = sim.run(base, 4, 64)  # type: ignore[arg-type]
+    assert sim.simulated == simulated + 1
+    assert full != short
 
 
 def test_rung_fidelities_grow_by_eta_to_the_full_count() -> None:

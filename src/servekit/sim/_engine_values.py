@@ -128,6 +128,9 @@ class EngineStats:
 
     steps: int = 0
     preemptions: int = 0
+    # times a request asked for KV blocks and too few were free (it waited or preempted):
+    # a run without any ran as it would with a larger pool
+    kv_short: int = 0
     generation_tokens: int = 0
     prompt_tokens: int = 0
     drafts: int = 0

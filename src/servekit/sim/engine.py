@@ -188,6 +188,7 @@ class Engine:
         need = self._blocks_for(request.computed + new_tokens) - request.blocks
         if need > 0:
             if need > self.pool.free:
+                self.stats.kv_short += 1
                 return False
             self.pool.take(need)
             request.blocks += need
@@ -226,6 +227,7 @@ class Engine:
             tokens = budget
         need = self._blocks_for(hit_tokens + tokens) - len(hit)
         if need + sum(1 for block in hit if block.refs == 0) > self.pool.free:
+            self.stats.kv_short += 1
             return None
         self.pool.hold(hit)
         cached.extend(hit)

@@ -170,9 +170,10 @@ PoolFelt = Callable[[Engine], bool]
 
 
 def pool_felt(engine: Engine) -> bool:
-    """True unless the engine's KV pool never refused a block (then a larger pool runs the
-    same steps: allocation is the only place the pool's size enters)."""
-    return True
+    """True unless the engine's KV pool never refused a block and never evicted a cached
+    one: then a larger pool runs the same steps (allocation is the only place the pool's
+    size enters, and a larger pool evicts no sooner)."""
+    return engine.stats.kv_short > 0 or engine.pool.evictions > 0
 
 
 class Simulator:

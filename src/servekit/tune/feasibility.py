@@ -2,8 +2,9 @@
 
 A candidate is infeasible, with the reason, when vLLM would refuse its settings at startup
 (SchedulerConfig in vLLM 0.32: max_num_batched_tokens below max_num_seqs; with chunked
-prefill off, below max_model_len), when the profile schema refuses the combination, when
-the planner says it does not fit (the KV cache cannot hold one max_model_len request), or
+prefill off, below max_model_len) or would not run them (a per-batch-size speculation
+schedule with data parallelism falls back to one k), when the profile schema refuses the
+combination, when the planner says it does not fit (the KV cache cannot hold one max_model_len request), or
 when its CUDA graphs, captured outside the KV budget, exceed the memory left plus the
 activation headroom. A feasible candidate inside the OOM risk the planner warns about
 (graphs outside the budget, larger than the memory it leaves free) is marked with it.
@@ -62,6 +63,12 @@ def scheduler_problem(settings: Settings) -> str | None:
             "with chunked prefill off, max_num_batched_tokens "
             f"{settings.max_num_batched_tokens} must hold a whole max_model_len "
             f"{settings.max_model_len} prompt; vLLM refuses to start"
+        )
+    if settings.speculation.schedule is not None and settings.data_parallel_size > 1:
+        return (
+            "vLLM turns num_speculative_tokens_per_batch_size off with data parallelism "
+            f"(data_parallel_size {settings.data_parallel_size}): its ranks could pick "
+            "different k and deadlock; it would run k at every batch size"
         )
     return None
 

@@ -304,7 +304,8 @@ def finalize(
     by_settings = {c.settings: c for c in pool}
     leader = out[0]
     derived, note = _schedule(profile, leader, by_settings, sim, full)
-    if derived:
+    have = {f.candidate.ident for f in out}
+    if derived := [f for f in derived if f.candidate.ident not in have]:
         out = rank_finalists([*out, *derived])
     return out, note
 
@@ -346,8 +347,8 @@ def _schedule(
     better of the two at each batch size (as finalists), with the finding in words."""
     settings = leader.candidate.settings
     k_max = profile.speculative.config.num_speculative_tokens if profile.speculative else 0
-    if not k_max or settings.speculation.schedule is not None:
-        return [], None
+    if not k_max or settings.speculation.schedule is not None or settings.data_parallel_size > 1:
+        return [], None  # vLLM runs no schedule with data parallelism
     spec = settings.speculation
     twin_spec = Speculation() if spec.on else Speculation(k_max)
     twin_settings = dataclasses.replace(settings, speculation=twin_spec)
@@ -360,7 +361,7 @@ def _schedule(
         Scored(twin, sim.search(twin.replica(), full), 0),
         sim,
         full,
-        note="speculation twin of the leader",
+        note="the leader with speculation flipped",
     )
     on, off = (leader, twin_final) if spec.on else (twin_final, leader)
     k = on.candidate.settings.speculation.k
@@ -391,7 +392,7 @@ def _schedule(
         Scored(scheduled, sim.search(scheduled.replica(), full), 0),
         sim,
         full,
-        note=f"derived: speculation up to batch {upto}, where it stops gaining over its twin",
+        note=f"derived: speculation up to batch {upto}",
     )
     text = (
         f"speculation ({k} drafts) gains more than {TIE:.0%} throughput up to batch {upto} and "
