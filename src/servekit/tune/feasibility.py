@@ -4,7 +4,8 @@ A candidate is infeasible, with the reason, when vLLM would refuse its settings 
 (SchedulerConfig in vLLM 0.32: max_num_batched_tokens below max_num_seqs; with chunked
 prefill off, below max_model_len) or would not run them (a per-batch-size speculation
 schedule with data parallelism falls back to one k), when the profile schema refuses the
-combination, when the planner says it does not fit (the KV cache cannot hold one max_model_len request), or
+combination, when the planner says it does not fit (the weights alone exceed the memory
+gpu_memory_utilization allows, or the KV cache cannot hold one max_model_len request), or
 when its CUDA graphs, captured outside the KV budget, exceed the memory left plus the
 activation headroom. A feasible candidate inside the OOM risk the planner warns about
 (graphs outside the budget, larger than the memory it leaves free) is marked with it.
