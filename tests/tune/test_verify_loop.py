@@ -254,3 +254,25 @@ def test_empty_space_and_infeasible_candidates(setup: Setup) -> None:
     refused = [c for c in doc["candidates"] if not c["feasible"]]
     assert refused
     assert all("below max_num_seqs" in c["reason"] for c in refused)
+
+
+def test_sigterm_stops_like_ctrl_c_with_the_engine_stopped(setup: Setup) -> None:
+    """SIGTERM (docker stop, timeout) mid-verification: tune stops its engine itself, says
+    how to continue in one line and exits 143."""
+    out = setup.root / "out"
+    proc = subprocess.Popen(setup.tune(out, "--verify", "2"), env=setup.env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        _wait_for(out / "tune-journal.jsonl", "measured", 120)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 143, stderr
+    errors = [line for line in stderr.splitlines() if line.startswith("servekit: error:")]
+    assert len(errors) == 1, stderr
+    assert "--resume" in errors[0]
+    assert "Traceback" not in stderr
+    _no_engine_left(setup)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -124,8 +125,29 @@ def stop(state: EngineState, *, grace_s: float = 30.0) -> str:
         return f"nothing signalled: {alive.detail}; the engine is gone"
     if not alive.running:
         left = stop_group(state.pid, grace_s=0)
+        _reap(state.pid)
         return f"process {state.pid} had already exited" + (left and f"; {left}")
-    return stop_group(state.pid, grace_s=grace_s)
+    done = stop_group(state.pid, grace_s=grace_s)
+    _reap(state.pid)
+    return done
+
+
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+"""Engines this process started (by leader pid), reaped when stopped: a program that starts
+and stops engines in one process (`servekit tune`) leaves no zombie and no Popen still
+'running' behind."""
+
+
+def adopt(process: subprocess.Popen[bytes]) -> None:
+    """Remember an engine leader this process started, for `stop` to reap."""
+    _CHILDREN[process.pid] = process
+
+
+def _reap(pid: int) -> None:
+    process = _CHILDREN.pop(pid, None)
+    if process is not None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=5)
 
 
 def stop_group(pgid: int, *, grace_s: float) -> str:

@@ -35,7 +35,7 @@ from servekit.profiles.schema import Profile
 from servekit.render._container import host_path, image, multi_node_error, resource_name
 from servekit.render.argv import host_flags, vllm_serve_args
 from servekit.render.docker import docker_engine_flags, docker_run_options
-from servekit.runtime.control import liveness, stop_group
+from servekit.runtime.control import adopt, liveness, stop_group
 from servekit.runtime.docker_cli import (
     container_id_of,
     docker,
@@ -199,6 +199,7 @@ def start_process(
             f"cannot start {argv[0]}: {exc.strerror}",
             fix="check that vLLM is installed, or pass --launcher",
         ) from None
+    adopt(proc)
     created, _ = process_identity(proc.pid)
     return EngineState(
         profile=profile.name, runtime="process", url=engine_url(profile),

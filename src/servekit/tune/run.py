@@ -25,6 +25,8 @@ import datetime as dt
 import hashlib
 import json
 import os
+import signal
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -33,7 +35,7 @@ from typing import Any, Protocol
 
 from servekit import __version__, jsontext
 from servekit.bench.run_points import read_runs
-from servekit.errors import ConfigError, ServekitError, UsageError
+from servekit.errors import ConfigError, Interrupted, ServekitError, Terminated, UsageError
 from servekit.profiles.schema import Profile
 from servekit.results.tune import LoadBlock, TuneDocument
 from servekit.sim.build import profile_acceptance, profile_step_params
@@ -211,6 +213,19 @@ def run_tune(
     earlier = read_journal(spec.out) if spec.resume else None
     journal = Journal(spec.out)
     engines: Engines | None = None
+    terminated = False
+
+    def on_sigterm(_signum: int, _frame: object) -> None:  # stop like Ctrl-C
+        nonlocal terminated
+        if not terminated:
+            terminated = True
+            raise KeyboardInterrupt
+
+    previous = (
+        signal.signal(signal.SIGTERM, on_sigterm)
+        if threading.current_thread() is threading.main_thread()
+        else None
+    )
     try:
         if earlier is None:
             journal.write("inputs", inputs=inputs_of(spec))
@@ -221,10 +236,18 @@ def run_tune(
         if options is not None and spec.verify.count:
             engines = Engines(options, journal, events.say)
         doc = tuner.run(engines, started_at)
+    except (KeyboardInterrupt, Interrupted) as exc:
+        stopped = Terminated if terminated or isinstance(exc, Terminated) else Interrupted
+        raise stopped(
+            "tune stopped; no engine is left running and the journal keeps every point measured",
+            fix=f"continue it with the same options and --resume (--out {spec.out})",
+        ) from None
     finally:
         if engines is not None:
             engines.stop()
         journal.close()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     return doc
 
 
@@ -364,14 +387,16 @@ class _Tuner:
             round_ += 1
         if engines is not None:
             engines.stop()
-        if len(self.rounds) > 1 and self.verified:  # the last round's view of each
+        if len(self.rounds) > 1 and self.verified:  # the last model's view of each, in full
             last = self.rounds[-1]
+            sim = Simulator(spec.workload, spec.slo, last.model, seed=spec.seed)
+            by_id = {c.ident: c for c in self.pool}
+            for f in last.result.finalists:
+                by_id.setdefault(f.candidate.ident, f.candidate)
             for ident, v in self.verified.items():
-                scored = last.result.scores.get(ident)
-                if scored is not None and v.round < last.round:
-                    self.verified[ident] = dataclasses.replace(
-                        v, final=(scored.evaluation, last.round)
-                    )
+                if v.round < last.round and ident in by_id:
+                    final = sim.search(by_id[ident].replica(), spec.workload.requests)
+                    self.verified[ident] = dataclasses.replace(v, final=(final, last.round))
         return self._write(model_rounds, started_at, final=True)
 
     def _search(self, model: SimModel, round_: int) -> SearchResult:
@@ -494,9 +519,9 @@ class _Tuner:
                 if nxt in tried:
                     break
                 load = nxt
+        except Interrupted:
+            raise
         except ServekitError as exc:
-            if type(exc).__name__ in ("Interrupted", "Terminated"):
-                raise
             detail = exc.message
             self.events.say(f"{candidate.ident}: {detail}")
         finally:
