@@ -276,3 +276,30 @@ def test_sigterm_stops_like_ctrl_c_with_the_engine_stopped(setup: Setup) -> None
     assert "--resume" in errors[0]
     assert "Traceback" not in stderr
     _no_engine_left(setup)
+
+
+def test_kill_9_mid_search_then_resume_finishes(tmp_path: Path) -> None:
+    """SIGKILL while the search runs (nothing measured, no engine yet): --resume with the
+    same options finishes the run."""
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "servekit", "tune", "minimax-m3-mxfp8-8xa800", "--slo",
+               "per_stream_p50>=60tok/s", "--temperature", "0.7", "--out", str(out)]  # fmt: skip
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(out / "tune-journal.jsonl", "inputs", 60)
+        assert proc.stderr is not None
+        for line in proc.stderr:  # the search has begun
+            if "searching in the simulator" in line:
+                break
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+    assert not (out / "tune.json").exists()
+    again = subprocess.run([*command, "--resume"], capture_output=True, text=True, timeout=600,
+                           check=False)  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    doc = json.loads((out / "tune.json").read_text())
+    assert doc["winner"]["load"] == 2
