@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from tune_helpers import M3, m3_settings
 
 from servekit.profiles import load_profile
 from servekit.sim.build import profile_step_params
@@ -20,24 +21,6 @@ from servekit.tune.search import (
 from servekit.tune.slo import parse_slo
 from servekit.tune.space import Settings, Speculation, default_space
 from servekit.tune.workload import TuneWorkload
-
-M3 = "minimax-m3-mxfp8-8xa800"
-
-
-def _settings(**changes: object) -> Settings:
-    base = {
-        "max_num_seqs": 128,
-        "max_num_batched_tokens": 4096,
-        "speculation": Speculation(3),
-        "gpu_memory_utilization": 0.99,
-        "estimate_cudagraphs": True,
-        "tensor_parallel_size": 8,
-        "data_parallel_size": 1,
-        "enable_prefix_caching": True,
-        "enable_chunked_prefill": True,
-        "max_model_len": 131072,
-    }
-    return Settings(**{**base, **changes})  # type: ignore[arg-type]
 
 
 def _sim(
@@ -63,7 +46,7 @@ def test_concurrency_search_finds_the_last_load_that_meets_the_slo() -> None:
     """The load found meets the SLO and the next one does not; goodput is the request rate
     there, per GPU over the 8 GPUs (the seed's 60 tok/s per stream holds up to c=2 at 0.7)."""
     sim = _sim("per_stream_p50>=60tok/s")
-    replica = _replica(_settings())
+    replica = _replica(m3_settings(estimate_cudagraphs=True))
     found = sim.search(replica, 64)  # type: ignore[arg-type]
     assert found.load == 2
     assert found.at is not None
@@ -77,7 +60,7 @@ def test_concurrency_search_finds_the_last_load_that_meets_the_slo() -> None:
 def test_without_speculation_the_slo_is_not_met_at_all() -> None:
     """No EAGLE3: about 55 tok/s per stream even alone, so no load meets 60."""
     found = _sim("per_stream_p50>=60tok/s").search(
-        _replica(_settings(speculation=Speculation())), 64
+        _replica(m3_settings(estimate_cudagraphs=True, speculation=Speculation())), 64
     )  # type: ignore[arg-type]
     assert found.load is None
     assert found.goodput_rps == 0
@@ -85,7 +68,9 @@ def test_without_speculation_the_slo_is_not_met_at_all() -> None:
 
 def test_a_slo_met_at_max_num_seqs_is_capped_there() -> None:
     """Past max_num_seqs a closed loop only queues: the search stops at it."""
-    found = _sim("tpot_p50<=10s").search(_replica(_settings(max_num_seqs=16)), 32)  # type: ignore[arg-type]
+    found = _sim("tpot_p50<=10s").search(
+        _replica(m3_settings(estimate_cudagraphs=True, max_num_seqs=16)), 32
+    )  # type: ignore[arg-type]
     assert found.load == 16
     assert found.capped
 
@@ -93,7 +78,7 @@ def test_a_slo_met_at_max_num_seqs_is_capped_there() -> None:
 def test_rate_search_brackets_the_rate_within_its_precision() -> None:
     """An open loop's SLO-meeting rate meets the SLO and 1.05x of it does not."""
     sim = _sim("tpot_p50<=30ms", loop="rate", requests=128)
-    replica = _replica(_settings(speculation=Speculation()))
+    replica = _replica(m3_settings(estimate_cudagraphs=True, speculation=Speculation()))
     found = sim.search(replica, 128)  # type: ignore[arg-type]
     assert found.load is not None
     assert found.at is not None
@@ -107,8 +92,8 @@ def test_candidates_that_differ_in_memory_only_share_simulations() -> None:
     with a larger KV pool reuses the runs of one whose pool never ran short, and gets what a
     fresh simulation of its own gives."""
     sim = _sim("per_stream_p50>=60tok/s")
-    small = _replica(_settings(gpu_memory_utilization=0.95, estimate_cudagraphs=False))
-    large = _replica(_settings(estimate_cudagraphs=False))
+    small = _replica(m3_settings(gpu_memory_utilization=0.95, estimate_cudagraphs=False))
+    large = _replica(m3_settings(estimate_cudagraphs=False))
     assert large.num_gpu_blocks > small.num_gpu_blocks  # type: ignore[attr-defined]
     sim.search(small, 64)  # type: ignore[arg-type]
     simulated = sim.simulated
@@ -122,7 +107,7 @@ def test_a_pool_that_ran_short_is_not_shared() -> None:
     """A run whose KV pool refused blocks is specific to that pool: a larger pool simulates
     its own (and its result differs)."""
     sim = _sim("per_stream_p50>=60tok/s")
-    base = _replica(_settings())
+    base = _replica(m3_settings(estimate_cudagraphs=True))
     tiny = dataclasses.replace(base, num_gpu_blocks=12)  # type: ignore[type-var]
     short = sim.run(tiny, 4, 64)  # type: ignore[arg-type]
     simulated = sim.simulated

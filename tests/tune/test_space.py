@@ -6,14 +6,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tune_helpers import M3, m3_settings
 
 from servekit.errors import ConfigError
 from servekit.plan.engine_rules import ESTIMATE_CUDAGRAPHS_ENV
 from servekit.profiles import load_profile
 from servekit.tune.feasibility import assess
-from servekit.tune.space import Settings, Speculation, default_space, overrides, read_space, variant
-
-M3 = "minimax-m3-mxfp8-8xa800"
+from servekit.tune.space import Speculation, default_space, overrides, read_space, variant
 
 
 def _m3_space() -> tuple[object, object]:
@@ -90,49 +89,35 @@ def test_speculation_without_a_draft_is_refused() -> None:
         read_space({"speculative": [3]}, "s.yaml", base, profile)
 
 
-def _settings(**changes: object) -> Settings:
-    base = {
-        "max_num_seqs": 128,
-        "max_num_batched_tokens": 4096,
-        "speculation": Speculation(3),
-        "gpu_memory_utilization": 0.99,
-        "estimate_cudagraphs": False,
-        "tensor_parallel_size": 8,
-        "data_parallel_size": 1,
-        "enable_prefix_caching": True,
-        "enable_chunked_prefill": True,
-        "max_model_len": 131072,
-    }
-    return Settings(**{**base, **changes})  # type: ignore[arg-type]
-
-
 def test_the_profile_itself_needs_no_override() -> None:
     """The candidate equal to the profile changes nothing."""
     profile = load_profile(M3)
-    assert overrides(profile, _settings()) == {}
+    assert overrides(profile, m3_settings()) == {}
 
 
 def test_overrides_name_only_what_changed() -> None:
     """Speculation off removes the section; the graph flag sets its variable; a schedule
     and a smaller max_num_seqs are the only serve and speculative keys written."""
     profile = load_profile(M3)
-    off = overrides(profile, _settings(speculation=Speculation(), estimate_cudagraphs=True))
+    off = overrides(profile, m3_settings(speculation=Speculation(), estimate_cudagraphs=True))
     assert off == {"speculative": None, "env": {ESTIMATE_CUDAGRAPHS_ENV: "1"}}
     schedule = ((1, 4, 3), (5, 64, 0))
-    scheduled = overrides(profile, _settings(max_num_seqs=64, speculation=Speculation(3, schedule)))
+    scheduled = overrides(
+        profile, m3_settings(max_num_seqs=64, speculation=Speculation(3, schedule))
+    )
     assert scheduled == {
         "serve_args": {"max_num_seqs": 64},
         "speculative": {
             "config": {"num_speculative_tokens_per_batch_size": [[1, 4, 3], [5, 64, 0]]}
         },
     }
-    assert variant(profile, _settings(speculation=Speculation())).speculative is None
+    assert variant(profile, m3_settings(speculation=Speculation())).speculative is None
 
 
 def test_a_profile_extending_the_input_with_the_overrides_is_the_variant(tmp_path: Path) -> None:
     """Written as `extends:` + overrides, the candidate loads back as the same deployment."""
     profile = load_profile(M3)
-    settings = _settings(max_num_seqs=64, speculation=Speculation(2), estimate_cudagraphs=True)
+    settings = m3_settings(max_num_seqs=64, speculation=Speculation(2), estimate_cudagraphs=True)
     document = {"extends": M3, "name": "tuned", **overrides(profile, settings)}
     (tmp_path / "tuned.yaml").write_text(yaml.safe_dump(document))
     loaded = load_profile("tuned", extra_dirs=[tmp_path])
@@ -147,21 +132,21 @@ def test_feasibility_gives_the_planners_and_vllms_reasons() -> None:
     max_num_batched_tokens below max_num_seqs is refused; the profile's own setting is
     inside the planner's OOM risk and is marked, not refused."""
     profile = load_profile(M3)
-    tp4 = assess(profile, _settings(tensor_parallel_size=4, data_parallel_size=2))
+    tp4 = assess(profile, m3_settings(tensor_parallel_size=4, data_parallel_size=2))
     assert not tp4.feasible
     assert "GiB" in (tp4.reason or "")
-    unchunked = assess(profile, _settings(enable_chunked_prefill=False))
+    unchunked = assess(profile, m3_settings(enable_chunked_prefill=False))
     assert unchunked.reason is not None
     assert "must hold a whole max_model_len 131072 prompt" in unchunked.reason
-    small = assess(profile, _settings(max_num_batched_tokens=64))
+    small = assess(profile, m3_settings(max_num_batched_tokens=64))
     assert small.reason is not None
     assert "below max_num_seqs 128" in small.reason
-    own = assess(profile, _settings())
+    own = assess(profile, m3_settings())
     assert own.feasible
     assert own.oom_risk is not None
     assert "OOM risk during graph capture" in own.oom_risk
     assert own.kv_cache_tokens > 0
-    safe = assess(profile, _settings(estimate_cudagraphs=True))
+    safe = assess(profile, m3_settings(estimate_cudagraphs=True))
     assert safe.feasible
     assert safe.oom_risk is None
     assert safe.kv_cache_tokens < own.kv_cache_tokens  # the estimate takes KV memory

@@ -19,7 +19,7 @@ from types import TracebackType
 from servekit import jsontext, mdtext
 from servekit.analyze.point_columns import point_headers, point_rows
 from servekit.bench._files import iter_lines, read_json_document
-from servekit.errors import ServekitError
+from servekit.errors import ServekitError, UsageError
 from servekit.records import RecordFormatError, RequestRecord, record_from_json
 from servekit.redaction import Redactor
 from servekit.results.summary import Summary, SummaryPoint, load_summary
@@ -229,11 +229,27 @@ def read_tune(path: Path) -> TuneDocument:
 def write_summary(run_dir: Path, summary: Summary) -> Path:
     """Write summary.json atomically (temp file, then rename)."""
     path = run_dir / SUMMARY_FILE
-    tmp = path.with_suffix(".json.tmp")
     text = jsontext.dumps(summary.as_json(), indent=2, what="summary.json")
-    tmp.write_text(text + "\n", encoding="utf-8")
-    tmp.replace(path)
+    write_atomically(path, text + "\n")
     return path
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temporary file in the same directory and a rename,
+    so a reader never sees half a file.
+
+    Raises:
+        UsageError: the file cannot be written.
+    """
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        temporary.write_text(text, encoding="utf-8")
+        os.replace(temporary, path)
+    except OSError as exc:
+        temporary.unlink(missing_ok=True)
+        raise UsageError(
+            f"cannot write {path.name}: {exc.strerror or exc}", fix="choose a writable path"
+        ) from None
 
 
 Cell = int | float | bool | None

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import yaml
 
+from servekit.bench.store import write_atomically
 from servekit.cli._log_file import log_line_batches
 from servekit.cli._model_profile import build_profile
-from servekit.cli._profile_io import write_atomically
 from servekit.errors import ConfigError, StartupLogError, UsageError
 from servekit.plan.calibrate import calibration_document, measured_calibration
 from servekit.plan.checkpoint import CheckpointInfo

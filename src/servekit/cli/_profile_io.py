@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 from servekit.bench._files import read_json_document
-from servekit.errors import ModelDirError, UsageError
+from servekit.errors import ModelDirError
 from servekit.profiles import Profile
 
 MAX_CONFIG_BYTES = 16 << 20  # far above any real config.json; a bigger file is not one
@@ -35,21 +34,3 @@ def profile_yaml(profile: Profile) -> str:
 
     document = profile.model_dump(mode="json", by_alias=True, exclude_none=True)
     return yaml.safe_dump(document, sort_keys=False, allow_unicode=True)
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temporary file in the same directory and a rename,
-    so a reader never sees half a file.
-
-    Raises:
-        UsageError: the file cannot be written.
-    """
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        temporary.write_text(text, encoding="utf-8")
-        os.replace(temporary, path)
-    except OSError as exc:
-        temporary.unlink(missing_ok=True)
-        raise UsageError(
-            f"cannot write {path.name}: {exc.strerror or exc}", fix="choose a writable path"
-        ) from None

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import click
 
+from servekit.bench.store import write_atomically
 from servekit.cli._model_profile import build_profile, model_profile_options
 from servekit.cli._output import set_option
-from servekit.cli._profile_io import profile_yaml, write_atomically
+from servekit.cli._profile_io import profile_yaml
 from servekit.errors import UsageError
 from servekit.profiles import check_profile_output
 from servekit.profiles.schema import profile_name_problem, safe_profile_name

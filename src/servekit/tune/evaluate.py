@@ -18,6 +18,7 @@ import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from servekit.analyze.summarize import point_metrics
 from servekit.profiles.schema import Profile
@@ -176,6 +177,29 @@ def pool_felt(engine: Engine) -> bool:
     return engine.stats.kv_short > 0 or engine.pool.evictions > 0
 
 
+Load = TypeVar("Load", int, float)
+
+
+def _bisect(
+    at: Callable[[Load], LoadResult],
+    best: LoadResult,
+    low: Load,
+    high: Load,
+    middle: Callable[[Load, Load], Load],
+    close: Callable[[Load, Load], bool],
+) -> LoadResult:
+    """Bisect between a load that meets the SLO (`low`, result `best`) and one that does not
+    (`high`) until `close`; returns the result at the highest load found to meet it."""
+    while not close(low, high):
+        mid = middle(low, high)
+        result = at(mid)
+        if result.met:
+            best, low = result, mid
+        else:
+            high = mid
+    return best
+
+
 class Simulator:
     """Simulates candidates under one workload, SLO and calibration; memoizes runs."""
 
@@ -302,13 +326,7 @@ class Simulator:
                 high = c
         if high is None:
             return self._evaluation(replica, best, tried, requests, True)
-        while high - low > 1:
-            mid = (low + high) // 2
-            result = at(mid)
-            if result.met:
-                best, low = result, mid
-            else:
-                high = mid
+        best = _bisect(at, best, low, high, lambda a, b: (a + b) // 2, lambda a, b: b - a <= 1)
         return self._evaluation(replica, best, tried, requests, False)
 
     def saturated_rate(self, replica: Replica, requests: int) -> float:
@@ -344,14 +362,14 @@ class Simulator:
         lowest = at(low_rate)
         if not lowest.met:
             return self._evaluation(replica, None, tried, requests, False)
-        best, low, high = lowest, low_rate, top
-        while high / low > 1 + RATE_PRECISION:
-            mid = math.sqrt(low * high)
-            result = at(mid)
-            if result.met:
-                best, low = result, mid
-            else:
-                high = mid
+        best = _bisect(
+            at,
+            lowest,
+            low_rate,
+            top,
+            lambda a, b: math.sqrt(a * b),
+            lambda a, b: b / a <= 1 + RATE_PRECISION,
+        )
         return self._evaluation(replica, best, tried, requests, False)
 
     def ladder(self, replica: Replica, requests: int) -> tuple[LoadResult, ...]:

@@ -24,17 +24,17 @@ import dataclasses
 import datetime as dt
 import hashlib
 import json
-import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from servekit import __version__, jsontext
 from servekit.bench.run_points import read_runs
+from servekit.bench.store import write_atomically
 from servekit.errors import ConfigError, Interrupted, ServekitError, Terminated, UsageError
 from servekit.profiles.schema import Profile
 from servekit.results.tune import LoadBlock, TuneDocument
@@ -52,7 +52,7 @@ from servekit.tune.journal import JOURNAL_FILE, Journal, read_journal
 from servekit.tune.measure import EngineOptions, Engines, measure_point, stop_leftovers
 from servekit.tune.search import Candidate, SearchResult, candidates, search
 from servekit.tune.slo import Slo
-from servekit.tune.space import Space, variant
+from servekit.tune.space import Space
 from servekit.tune.workload import TuneWorkload
 
 TUNE_FILE = "tune.json"
@@ -627,8 +627,8 @@ class _Tuner:
                 slo=spec.slo,
                 doc=doc,
             )
-            _write_atomically(spec.out / self._winner_file(), text)
-        _write_atomically(spec.out / TUNE_FILE, jsontext.dumps(doc.as_json(), indent=2) + "\n")
+            write_atomically(spec.out / self._winner_file(), text)
+        write_atomically(spec.out / TUNE_FILE, jsontext.dumps(doc.as_json(), indent=2) + "\n")
         return doc
 
     def _winner_name(self) -> str:
@@ -636,27 +636,3 @@ class _Tuner:
 
     def _winner_file(self) -> str:
         return f"{self._winner_name()}.yaml"
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        temporary.write_text(text, encoding="utf-8")
-        os.replace(temporary, path)
-    except OSError as exc:
-        temporary.unlink(missing_ok=True)
-        raise UsageError(
-            f"cannot write {path}: {exc.strerror}", fix="choose a writable --out"
-        ) from None
-
-
-def variants_by_name(profile: Profile, pool: Sequence[Candidate]) -> dict[str, Profile]:
-    """Every candidate's profile variant by its name (how verification runs name theirs)."""
-    return {
-        c.feasibility.profile.name: c.feasibility.profile
-        for c in pool
-        if c.feasibility.profile is not None
-    }
-
-
-__all__ = ["TuneSpec", "VerifyOptions", "run_tune", "variant"]

@@ -1,0 +1,10 @@
+"""tune's test helpers live in `tune_helpers` (importable from the tests)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
