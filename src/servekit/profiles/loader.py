@@ -27,7 +27,7 @@ from servekit.profiles._yaml import (
     parse_value,
     read_text,
 )
-from servekit.profiles.schema import Profile, profile_name_problem, safe_profile_name
+from servekit.profiles.schema import Profile, deep_merge, profile_name_problem, safe_profile_name
 
 BUILTIN_DIR = Path(__file__).parent / "data"
 PROFILE_PATH_ENV = "SERVEKIT_PROFILE_PATH"
@@ -209,7 +209,7 @@ def _load_merged(path: Path, dirs: list[str | Path], chain: tuple[Path, ...]) ->
         raise ConfigError(f"{extends_at}: extends: {exc.message}", fix=exc.fix) from None
     parent = _load_merged(parent_path, dirs, (*chain, resolved))
     return _Located(
-        data=_deep_merge(parent.data, own.data),
+        data=deep_merge(parent.data, own.data),
         lines={**parent.lines, **own.lines},
     )
 
@@ -232,16 +232,6 @@ def _name_mismatch(name: object, path: Path, where: str) -> None:
         f"{one_line(where)}: name {shown} differs from the file name {one_line(repr(path.name))}",
         fix=fix,
     )
-
-
-def _deep_merge(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for key, value in top.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-            merged[key] = _deep_merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
 
 
 def _read_yaml(path: Path) -> _Located:

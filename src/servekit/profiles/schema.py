@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Annotated, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -358,3 +359,14 @@ class Profile(_Strict):
                 f"({self.hardware.nodes} node(s) x {self.hardware.gpus_per_node}); make them equal"
             )
         return self
+
+
+def deep_merge(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    """`top` over `base`, mappings merged key by key: what `extends:` does to a profile."""
+    merged = dict(base)
+    for key, value in top.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from servekit.errors import ConfigError, UsageError
 from servekit.plan.engine_rules import ESTIMATE_CUDAGRAPHS_ENV
-from servekit.profiles.schema import Profile
+from servekit.profiles.schema import Profile, deep_merge
 
 MAX_CANDIDATES = 200_000
 """Most candidates a space may describe (their plans alone would take minutes past this)."""
@@ -416,17 +416,6 @@ def overrides(profile: Profile, settings: Settings) -> dict[str, Any]:
     return out
 
 
-def merge(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
-    """`top` over `base`, mappings merged key by key (as `extends:` merges a profile)."""
-    merged = dict(base)
-    for key, value in top.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-            merged[key] = merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
-
-
 def variant(profile: Profile, settings: Settings, *, name: str | None = None) -> Profile:
     """The candidate as a validated profile.
 
@@ -434,7 +423,7 @@ def variant(profile: Profile, settings: Settings, *, name: str | None = None) ->
         ConfigError: the profile schema refuses the combination (the message says why).
     """
     data = profile.model_dump(mode="json", by_alias=True, exclude_none=True)
-    data = merge(data, overrides(profile, settings))
+    data = deep_merge(data, overrides(profile, settings))
     data["name"] = name or f"{profile.name}-{settings.ident()}"
     if data.get("speculative") is None:
         data.pop("speculative", None)
