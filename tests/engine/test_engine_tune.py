@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -136,6 +137,9 @@ def test_tune_calibrates_searches_and_verifies_on_the_real_engine(
                           env={**os.environ, "COLUMNS": "200"})  # fmt: skip
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     (ARTIFACTS / "tune-cpu.out").write_text(done.stdout + done.stderr)
+    for run in (plain, spec, *(out / "verify").glob("*/*")):  # for reading a miss afterwards
+        shutil.copytree(run, ARTIFACTS / "tune-cpu-runs" / run.relative_to(tmp_path),
+                        dirs_exist_ok=True)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     doc = json.loads((out / "tune.json").read_text())
     (ARTIFACTS / "tune-cpu.json").write_text(json.dumps(doc, indent=2))
