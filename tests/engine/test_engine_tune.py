@@ -7,9 +7,18 @@ is max_num_seqs 2, 4, 8 x speculation off, on: six candidates. The simulator is 
 on two measured points (concurrency 4 without and with speculation, each a bench run of the
 launched profile); tune searches, launches the top two one at a time with the launcher,
 measures each around its predicted SLO-meeting load and sets predicted goodput against
-measured. Asserted: both predictions (held out: no model that made them had seen these
-candidates' measurements) within 15% of the measurement, the winner the measured best of
-the verified ones, its profile written, and no engine left.
+measured; when an error exceeds 15% it refits on every measured point, searches again and
+verifies the new leaders (two rounds at most). Asserted: the top two verified with held-out
+predictions (no model that made them had seen their measurements), each error against the
+bound as tune judged it, the refit exactly when one missed, the winner the measured best
+of the verified ones, its profile written, and no engine left.
+
+Not asserted: the held-out errors within 15%. On this 2-core machine one configuration
+measured on separate engine starts moved by more than that (without speculation, the
+same max_num_seqs at concurrency 4: 6.0 to 13.8 requests/s over eight starts; with it,
+9.9 to 11.5 at concurrency 8), so the bound holds in some runs and not in others (the
+closing note of issue #19 gives seven runs). Every run's errors are written to
+.artifacts/engine/tune-cpu-errors.json.
 
 The SLO (TPOT p50 <= 40 ms, TTFT p99 <= 2 s) holds up to max_num_seqs for every candidate
 (measured TPOT 6-12 ms at concurrency 8), so each one's SLO-meeting load is its
@@ -19,6 +28,7 @@ simulator's throughput at concurrency 8, extrapolated from a fit at 4, with the 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -38,6 +48,7 @@ from servekit.runtime.control import stop
 from servekit.runtime.follow import wait_until_ready
 from servekit.runtime.launch import start_engine
 from servekit.runtime.state import read_state, remove_state
+from servekit.sim.build import DEFAULT_STEP
 from servekit.tune.space import Settings, Speculation, variant
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -46,6 +57,18 @@ from conftest import ARTIFACTS, CLIENT_CORE, SERVED, SERVER_CORE
 pytestmark = [pytest.mark.vllm, pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
+# The draft is the target itself, so one of the k draft passes per step is one forward pass
+# of the target over the batch: on this engine 3.0 ms plus 0.39 ms per request (vLLM's engine
+# alone on one core, the in-process probe of docs/simulator.md section 8, measured for issue
+# #16). Calibration on two points cannot tell these from the per-request verify cost (k is
+# fixed), so the fit keeps them; with the roofline default of a small EAGLE head (1 ms, 0.01)
+# it put the draft's cost on verify_request_ms and predicted concurrency 8 about 10% slow
+# from a fit at 4 (the closing note of issue #19 gives the runs).
+DRAFT_COSTS = {"draft_pass_ms": 3.0, "draft_request_ms": 0.39}
+DRAFT_SOURCE = (
+    "draft_pass_ms, draft_request_ms: one forward pass of the target, measured "
+    "in-process (docs/simulator.md section 8); the rest the roofline defaults"
+)
 BOUND = 0.15
 INPUT_LEN, OUTPUT_LEN, REQUESTS = 512, 64, 64
 SLO = "tpot_p50<=40ms,ttft_p99<=2s"
@@ -79,6 +102,8 @@ def _profile(target: Path, directory: Path) -> Path:
         "env": {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": str(SERVER_CORE),
                 "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"},
         "deploy": {"port": _free_port(), "bind_host": "127.0.0.1", "startup_timeout_s": 420},
+        "simulator": {"step": {**dataclasses.asdict(DEFAULT_STEP), **DRAFT_COSTS},
+                      "sources": [DRAFT_SOURCE]},
     }  # fmt: skip
     path = directory / "tiny-tune-cpu.yaml"
     path.write_text(yaml.safe_dump(document))
@@ -149,15 +174,22 @@ def test_tune_calibrates_searches_and_verifies_on_the_real_engine(
     summary = [(v["id"], v["round"], v["predicted"]["goodput_rps"], v["measured_goodput_rps"],
                 v["error"], (v["final_prediction"] or {}).get("goodput_rps"))
                for v in verified.values()]  # fmt: skip
-    top = doc["searches"][-1]["ranking"][:2]
-    assert set(top) <= set(verified), summary  # the final top two are the verified ones
-    for ident in top:
-        v = verified[ident]
+    (ARTIFACTS / "tune-cpu-errors.json").write_text(json.dumps(summary))
+    first = doc["searches"][0]["ranking"][:2]
+    assert [v["id"] for v in doc["verification"][:2]] == first  # the top two, in rank order
+    for v in verified.values():
         assert v["status"] == "measured", v
-        assert not v["fitted_on_own"]
-        final = v["final_prediction"] or v["predicted"]
-        error = final["goodput_rps"] / v["measured_goodput_rps"] - 1
-        assert abs(error) <= BOUND, summary
+        assert not v["fitted_on_own"]  # every first prediction is held out
+        assert v["points"]
+        assert v["error"] is not None
+        assert v["within_bound"] == (abs(v["error"]) <= BOUND)
+    missed = [v for v in doc["verification"][:2] if not v["within_bound"]]
+    # the closed loop: a miss refits on every measured point and verifies the new leaders;
+    # the candidates measured before the refit get the refitted model's prediction too
+    assert len(doc["model_rounds"]) == (2 if missed else 1), summary
+    if missed:
+        assert doc["model_rounds"][1]["fitted_points"] > 2
+        assert all(verified[i]["final_prediction"] is not None for i in first)
     best = max(verified.values(), key=lambda v: v["measured_goodput_per_gpu"])
     assert doc["winner"]["id"] == best["id"]
     assert doc["winner"]["chosen_by"] == "measured"
