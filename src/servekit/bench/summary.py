@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import datetime as dt
@@ -276,7 +275,7 @@ def run_bench(
     check_run_dir(out, RUN_FILES, force=force)
     with sigterm_as_interrupt() as signals:
         try:
-            info = asyncio.run(discover(spec.base_url, spec.headers))
+            info = signals.run(discover(spec.base_url, spec.headers))
         except KeyboardInterrupt:
             raise _stop_error(signals, "before any request was sent; nothing was written") from None
         if not spec.model:
@@ -331,7 +330,7 @@ def run_bench(
                     on_point=on_point,
                     pool=pool,
                 )
-                stopped = asyncio.run(run).stopped
+                stopped = signals.run(run).stopped
             except KeyboardInterrupt:
                 how = "stopped by SIGTERM" if signals.terminated else "interrupted"
                 _keep_partial(progress, f"{how}: the point did not finish")
