@@ -115,5 +115,6 @@ def _show(summary: Summary, as_json: bool) -> None:
     if as_json:
         emit_json(summary.as_json())
         return
-    title = f"bench {summary.target.url} ({summary.target.model})"
+    target = summary.target  # a summary rebuilt from records alone knows neither
+    title = f"bench {target.url or 'URL not known'} ({target.model or 'model not known'})"
     stdout_console().print(*summary_tables(summary.points, title=title))
