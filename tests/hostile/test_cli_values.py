@@ -283,3 +283,83 @@ def test_bench_rate_inf_sends_the_point_at_once(
     assert len({r["scheduled_ns"] for r in records}) == 1
     spans = sorted((r["sent_ns"], r["end_ns"]) for r in records)
     assert all(sum(s <= t < e for s, e in spans) <= 2 for t, _ in spans)
+
+
+TOOL_WITH = (
+    '[{{"type": "function", "function": {{"name": "f", "parameters": {{"type": "object", '
+    '"properties": {{"x": {{"type": "number", "maximum": {}}}}}}}}}}}]'
+)
+
+
+def _json_option_args(case: str, url: str, constant: str, tmp_path: Path) -> list[str]:
+    """The command line of one JSON-valued option holding `constant`, against a live server."""
+    tools = tmp_path / "tools.json"
+    tools.write_text(TOOL_WITH.format(constant), encoding="utf-8")
+    out = str(tmp_path / "out")
+    bench = ["bench", "--url", f"{url}/m/ok", "--concurrency", "1", "--requests-per-point",
+             "2", "--warmup", "0", "--input-len", "8", "--output-len", "4",
+             "--out", out]  # fmt: skip
+    return {
+        "bench --chat-template-kwargs": [
+            *bench, "--chat-template-kwargs", f'{{"enable_thinking": {constant}}}'],
+        "validate --thinking-kwargs": [
+            "validate", "--url", f"{url}/m/ok", "--thinking-kwargs", f'{{"x": {constant}}}',
+            "--out", out],
+        "bench --tools": [*bench, "--tools", str(tools)],
+        "sim run --tools": [
+            "sim", "run", "--profile", PROFILE, "--concurrency", "1", "--agent", "--tools",
+            str(tools), "--sessions", "1", "--output-len", "4", "--out", out],
+        "tune --tools": [
+            "tune", PROFILE, "--agent", "--tools", str(tools), "--slo", "tpot_p50<=9ms",
+            "--max-rounds", "1", "--out", out],
+    }[case]  # fmt: skip
+
+
+JSON_OPTIONS = ["bench --chat-template-kwargs", "validate --thinking-kwargs", "bench --tools",
+                "sim run --tools", "tune --tools"]  # fmt: skip
+"""Every option whose value (or file) is JSON."""
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+@pytest.mark.parametrize("case", JSON_OPTIONS)
+def test_every_json_option_refuses_nan_and_infinity(
+    case: str, constant: str, hostile_url: str, tmp_path: Path
+) -> None:
+    """NaN or an infinity inside a JSON option (Python's parser takes them): a usage error
+    (exit 2) naming the option and the constant, one line, before anything is written."""
+    result = CliRunner().invoke(cli, _json_option_args(case, hostile_url, constant, tmp_path))
+    assert result.exit_code == 2, (result.output, result.exception)
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("servekit: error: ")
+    assert case.split()[-1] in lines[0]
+    assert f"holds {constant}, which is not a JSON number" in lines[0]
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("flag", "constant", "text"),
+    [
+        ("--dataset", "NaN", '{"messages": [{"role": "user", "content": "hi", "w": NaN}]}'),
+        ("--conversations", "Infinity", '{"turns": [{"user": "hi"}], "score": Infinity}'),
+        ("--trace", "-Infinity", '{"timestamp_s": -Infinity, "input_len": 8, "output_len": 4}'),
+    ],
+)
+def test_json_files_refuse_nan_and_infinity(
+    flag: str, constant: str, text: str, tmp_path: Path
+) -> None:
+    """A JSON file given to an option holding NaN or an infinity (which would be sent to
+    the server, or read as a time): one usage line naming the file and its line."""
+    path = tmp_path / "input.jsonl"
+    path.write_text(text + "\n", encoding="utf-8")
+    extra = ["--trace-format", "jsonl"] if flag == "--trace" else ["--concurrency", "1"]
+    result = CliRunner().invoke(cli, ["bench", "--url", DEAD_URL, flag, str(path), *extra,
+                                      "--out", str(tmp_path / "out")])  # fmt: skip
+    assert result.exit_code == 2, (result.output, result.exception)
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(
+        f"servekit: error: {path}:1: not JSON (holds {constant}, which is not a JSON number)"
+    )
+    assert not (tmp_path / "out").exists()
