@@ -115,6 +115,5 @@ def _show(summary: Summary, as_json: bool) -> None:
     if as_json:
         emit_json(summary.as_json())
         return
-    target = summary.target  # a summary rebuilt from records alone knows neither
-    title = f"bench {target.url or 'URL not known'} ({target.model or 'model not known'})"
+    title = f"bench {summary.target.url or 'URL not known'} ({summary.target.model or '?'})"
     stdout_console().print(*summary_tables(summary.points, title=title))
