@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -28,8 +29,12 @@ KEY = "sk-canary-KEY-4f7a9c2e"
 PASSWORD = "pw-canary/PASS-91b2"  # noqa: S105 - a canary; written %2F-escaped in the URL
 QUOTED = PASSWORD.replace("/", "%2F")
 USER = "ops"
-# Every form a leak could take: the key, the password as written and decoded, basic auth.
-CANARIES = (KEY, PASSWORD, QUOTED, base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode())
+BASIC = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+# Every form a leak could take: the key, the password as written and decoded, basic auth,
+# and the starts of them the echo server's partial mode sends back.
+CANARIES = (KEY, PASSWORD, QUOTED, BASIC, KEY[:20], PASSWORD[:12], BASIC[:16])
+ECHO_MODES = ["", "escaped", "partial"]
+"""The echo server's modes: the credentials whole, JSON-escaped, or their starts only."""
 FAST_BENCH = ("--concurrency", "1", "--requests-per-point", "6", "--warmup", "0",
               "--input-len", "8", "--output-len", "4", "--timeout", "5")  # fmt: skip
 FAST_VALIDATE = ("--ladder", "1,2", "--timeout", "10", "--long-context-tokens", "64")
@@ -76,13 +81,31 @@ def run(cwd: Path, *args: str, key: str | None = None, fresh_process: bool = Fal
     return Ran(result.exit_code, result.stdout, result.stderr + crash)
 
 
+def unescaped(text: str) -> str:
+    """`text` with JSON's `\\uXXXX` and `\\/` escapes decoded, at any depth (a canary
+    written escaped is still a leak)."""
+    for _ in range(4):
+        decoded = re.sub(r"\\+u([0-9a-fA-F]{4})", lambda m: chr(int(m[1], 16)), text)
+        decoded = re.sub(r"\\+/", "/", decoded)
+        if decoded == text:
+            break
+        text = decoded
+    return text
+
+
+def canaries_in(text: str) -> list[str]:
+    """The canaries in text, plain or JSON-escaped."""
+    plain = unescaped(text)
+    return [c for c in CANARIES if c in text or c in plain]
+
+
 def leaks(proc: Ran, root: Path) -> list[str]:
     """Where a canary shows: in the output, or in a file anywhere under root."""
     found = [f"{name}: {c}" for name, text in (("stdout", proc.stdout), ("stderr", proc.stderr))
-             for c in CANARIES if c in text]  # fmt: skip
+             for c in canaries_in(text)]  # fmt: skip
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        data = path.read_bytes()
-        found += [f"{path.relative_to(root)}: {c}" for c in CANARIES if c.encode() in data]
+        text = path.read_bytes().decode("utf-8", "replace")
+        found += [f"{path.relative_to(root)}: {c}" for c in canaries_in(text)]
     return found
 
 
@@ -109,13 +132,20 @@ def echo_url() -> Iterator[str]:
         server.wait(timeout=10)
 
 
+def _mode_url(echo_url: str, mode: str) -> str:
+    return f"{echo_url}/{mode}" if mode else echo_url
+
+
+@pytest.mark.parametrize("mode", ECHO_MODES)
 @pytest.mark.parametrize("auth", ["key", "password"])
 def test_bench_against_an_echoing_server_leaks_nothing(
-    tmp_path: Path, echo_url: str, auth: str
+    tmp_path: Path, echo_url: str, auth: str, mode: str
 ) -> None:
     """bench completes its sweep (summary and records written) and neither the records, the
-    summary files nor the terminal hold the key or the password the server echoed."""
-    url = echo_url if auth == "key" else with_password(echo_url)
+    summary files nor the terminal hold the key or the password the server echoed, whole,
+    JSON-escaped or in part."""
+    base = _mode_url(echo_url, mode)
+    url = base if auth == "key" else with_password(base)
     proc = run(tmp_path, "bench", "--url", url, *FAST_BENCH, "--out", "run",
                key=KEY if auth == "key" else None, fresh_process=True)  # fmt: skip
     assert_clean(proc, tmp_path, {0, 3})
@@ -125,13 +155,16 @@ def test_bench_against_an_echoing_server_leaks_nothing(
     assert "[REDACTED]" in (tmp_path / "run" / "summary.json").read_text(encoding="utf-8")
 
 
+@pytest.mark.parametrize("mode", ECHO_MODES)
 @pytest.mark.parametrize("auth", ["key", "password"])
 def test_validate_against_an_echoing_server_leaks_nothing(
-    tmp_path: Path, echo_url: str, auth: str
+    tmp_path: Path, echo_url: str, auth: str, mode: str
 ) -> None:
     """validate runs every check (exit 3: the echoes are not valid answers) and neither
-    validate.json, transcripts.jsonl, --json nor the terminal hold the echoed secrets."""
-    url = echo_url if auth == "key" else with_password(echo_url)
+    validate.json, transcripts.jsonl, --json nor the terminal hold the echoed secrets,
+    whole, JSON-escaped (as text that is not JSON carries them) or in part."""
+    base = _mode_url(echo_url, mode)
+    url = base if auth == "key" else with_password(base)
     key = KEY if auth == "key" else None
     for extra in ((), ("--json",)):
         out = tmp_path / f"out{len(extra)}"
