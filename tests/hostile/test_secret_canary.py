@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import os
 import re
 import socket
@@ -239,16 +240,38 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_image_build_with_a_patch_url_password_leaks_nothing(tmp_path: Path, echo_url: str) -> None:
-    """`image build` (a URL from the profile) refuses a patch URL with credentials, exit 1,
-    and neither the message nor the context written holds the password."""
+PATCH_DIFF = Path(__file__).parents[1] / "render" / "data" / "pr-python-only.diff"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "{echo}/fix.diff",  # %2F-escaped: urllib sees the credentials
+        "http://{user}:{password}@127.0.0.1:9/fix.diff",  # an unescaped "/": urllib does not
+        "file://{user}:{quoted}@localhost{diff}",  # a file that exists: dry-run wrote it all
+        "file://{user}:{password}@localhost{diff}",
+        "ftp://{user}:{password}@127.0.0.1/fix.diff",
+        "//{user}:{password}@127.0.0.1/fix.diff",
+    ],
+    ids=["http-escaped", "http-slash", "file-escaped", "file-slash", "ftp", "no-scheme"],
+)
+def test_image_build_with_a_patch_url_password_leaks_nothing(
+    tmp_path: Path, echo_url: str, url: str
+) -> None:
+    """`image build --dry-run` (a URL from the profile) refuses a patch URL with
+    credentials, whatever its scheme and however the password is written: exit 1, and
+    neither the message nor a build context (Dockerfile, manifest.json) holds the password."""
+    diff = tmp_path / "fix.diff"
+    diff.write_bytes(PATCH_DIFF.read_bytes())
+    patch_url = url.format(echo=with_password(echo_url), user=USER, password=PASSWORD,
+                           quoted=QUOTED, diff=diff)  # fmt: skip
     profile = tmp_path / "canary-patched.yaml"  # the user's own file, outside the scan
     profile.write_text(
         "extends: minimax-m3-mxfp8-8xa800-v0251-patched\n"
         "name: canary-patched\n"
         "engine:\n"
         "  patches:\n"
-        f"    - {{name: vllm-pr-49149, url: {with_password(echo_url)}/fix.diff}}\n",
+        f"    - {{name: vllm-pr-49149, url: {json.dumps(patch_url)}}}\n",
         encoding="utf-8",
     )
     work = tmp_path / "work"
@@ -256,3 +279,4 @@ def test_image_build_with_a_patch_url_password_leaks_nothing(tmp_path: Path, ech
     proc = run(work, "image", "build", str(profile), "--dry-run", "--context", "ctx")
     assert_clean(proc, work, {1})
     assert "has user:password@ credentials" in proc.stderr
+    assert not (work / "ctx").exists()
