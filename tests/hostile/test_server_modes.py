@@ -201,9 +201,22 @@ def test_bench_mode(mode: str, runs: Runs) -> None:
         assert f"2 of 2 requests failed ({kinds.pop()} x2)" in result.stderr
     warnings = summary["points"][0]["client"]["warnings"]
     if mode.startswith("metrics_"):  # a bad /metrics is a warning on the point
-        assert any(w.startswith("/metrics") for w in warnings)
+        assert any(w.startswith("/metrics") and "server figures" in w for w in warnings)
     if mode == "stall_tokenize":  # sized another way, within the run's few seconds
         assert summary["workload"]["input_len_method"].startswith("approximate")
+
+
+@pytest.mark.parametrize("mode", ["metrics_nan", "metrics_utf8"])
+def test_a_metrics_problem_keeps_the_load_in_compare(mode: str, runs: Runs) -> None:
+    """A /metrics that cannot be read (NaN, invalid UTF-8) leaves the server figures empty
+    with a warning, but the client's timing stays valid: compare keeps the load."""
+    out = runs.get("bench", mode).out
+    client = strict_json(out / "summary.json")["points"][0]["client"]
+    assert client["valid"] is True, client
+    compared = CliRunner().invoke(cli, ["compare", str(out), str(out), "--json"])
+    assert compared.exit_code == 0, compared.stderr
+    (point,) = json.loads(compared.stdout)["points"]
+    assert point.get("excluded") is None, point
 
 
 @pytest.mark.parametrize("mode", sorted(MODES))
