@@ -183,8 +183,40 @@ def test_an_error_before_any_point_has_no_blank_line_above(tmp_path: Path) -> No
     )
     assert result.exit_code == 1
     lines = result.stderr.split("\n")
-    assert lines[0].startswith("servekit: error: cannot reach "), result.stderr
+    assert lines[0].startswith("servekit: error: cannot connect to "), result.stderr
     assert lines[1:] == [""]
+
+
+AIOHTTP_WORDS = ("Cannot connect to host", "ssl:default", "Connect call failed", "aiohttp")
+
+
+def test_bench_against_a_closed_port_says_so_in_servekit_words(tmp_path: Path) -> None:
+    """bench against a closed port: one line saying it cannot connect, why, and the fix;
+    none of aiohttp's wording."""
+    result = CliRunner().invoke(
+        cli, ["bench", "--url", DEAD_URL, "--concurrency", "1", "--out", str(tmp_path / "r")]
+    )
+    assert result.exit_code == 1
+    assert result.stderr == (
+        f"servekit: error: cannot connect to {DEAD_URL}: connection refused; is the server "
+        "running? check --url (host and port)\n"
+    )
+
+
+def test_validate_against_a_closed_port_says_so_in_servekit_words(tmp_path: Path) -> None:
+    """validate against a closed port: health fails with servekit's line (in the terminal
+    and validate.json), the rest are skipped; none of aiohttp's wording anywhere."""
+    out = tmp_path / "v"
+    result = CliRunner().invoke(cli, ["validate", "--url", DEAD_URL, "--out", str(out)])
+    assert result.exit_code == 3
+    checks = {c["name"]: c["detail"] for c in json.loads((out / "validate.json").read_text())
+              ["checks"]}  # fmt: skip
+    assert checks["health"] == (
+        f"/health: cannot connect to {DEAD_URL}: connection refused; is the server running?"
+    )
+    written = (out / "transcripts.jsonl").read_text(encoding="utf-8")
+    for text in (result.stdout, result.stderr, written):
+        assert not any(word in text for word in AIOHTTP_WORDS), text
 
 
 def test_click_usage_errors_are_one_line_too() -> None:
