@@ -395,3 +395,14 @@ def test_json_files_refuse_nan_and_infinity(
         f"servekit: error: {path}:1: not JSON (holds {constant}, which is not a JSON number)"
     )
     assert not (tmp_path / "out").exists()
+
+
+def test_bench_help_names_exit_code_3_and_max_failure_rate() -> None:
+    """`bench --help` says when it exits 3 and names --max-failure-rate, the option that
+    allows failures (a CI script reads the exit code)."""
+    result = CliRunner().invoke(cli, ["bench", "--help"], terminal_width=200)
+    assert result.exit_code == 0
+    text = " ".join(result.output.split())
+    assert "3 more requests failed than --max-failure-rate allows" in text
+    assert "--max-failure-rate FLOAT" in text
+    assert "bench exits 3" in text
