@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 
+import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -112,3 +114,79 @@ def test_no_secret_survives_in_text_or_a_json_line(secret: str, before: str, aft
         line = json.dumps({"t": text}, ensure_ascii=ascii_only)
         assert r.found_in(line)
         assert secret not in json.loads(r.redact_json_line(line))["t"]
+
+
+CANARY = "sk-canary-KEY-4f7a9c2e"
+
+
+def test_every_run_of_eight_characters_of_a_long_secret_is_replaced() -> None:
+    """A server that echoes part of the key: any 8 or more of its consecutive characters
+    go (its start, its middle), a run of 7 stays (it would match ordinary text)."""
+    r = redactor_of([CANARY])
+    assert r.redact(f"invalid key {CANARY[:20]}...") == f"invalid key {REDACTED}..."
+    assert r.redact(f"({CANARY[5:13]})") == f"({REDACTED})"
+    assert r.redact(f"{CANARY[:7]} and {CANARY[-7:]}") == f"{CANARY[:7]} and {CANARY[-7:]}"
+
+
+def test_a_secret_of_six_or_seven_characters_goes_only_whole() -> None:
+    """Below 8 characters the partial rule does not apply: the whole secret goes, anywhere."""
+    r = redactor_of(["abc1234"])
+    assert r.redact("xabc1234y abc123") == f"x{REDACTED}y abc123"
+
+
+@pytest.mark.parametrize(
+    "spelled",
+    [
+        CANARY.replace("-", "\\u002d"),
+        "".join(f"\\u{ord(c):04X}" for c in CANARY),
+        "pw-canary\\/PASS-91b2",
+        "pw-canary\\\\\\/PASS-91b2",  # JSON put into JSON: the escape escaped again
+        "pw\\\\u002dcanary\\/PASS-91b2",
+        "key \\ud83d\\ude00-canary-KEY",  # a surrogate pair for a character past U+FFFF
+    ],
+)
+def test_json_escaped_spellings_are_replaced(spelled: str) -> None:
+    """A secret in text that was never parsed, written with JSON escapes (`\\uXXXX` of any
+    character, `\\/`, at any depth): gone, and the text around it stays."""
+    r = redactor_of([CANARY, "pw-canary/PASS-91b2", "key \U0001f600-canary-KEY"])
+    assert r.redact(f'<html>said "{spelled}"</html>') == f'<html>said "{REDACTED}"</html>'
+    line = json.dumps({"error": f"said {spelled}"}, separators=(",", ":"))
+    assert r.found_in(line)
+    assert json.loads(r.redact_json_line(line)) == {"error": f"said {REDACTED}"}
+
+
+def _unescaped(text: str) -> str:
+    """JSON's \\uXXXX and \\/ escapes decoded at any depth (the test's own decoder)."""
+    for _ in range(5):
+        decoded = re.sub(r"\\+u([0-9a-fA-F]{4})", lambda m: chr(int(m[1], 16)), text)
+        decoded = re.sub(r"\\+/", "/", decoded)
+        if decoded == text:
+            return text
+        text = decoded
+    return text
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    secret=st.text(st.characters(codec="ascii", exclude_characters="\\"), min_size=8,
+                   max_size=40),
+    cut=st.tuples(st.integers(0, 40), st.integers(8, 40)),
+    escape=st.lists(st.booleans(), min_size=40, max_size=40),
+    depth=st.integers(1, 3),
+    around=st.tuples(*[st.text(st.characters(exclude_characters="\\"), max_size=10)] * 2),
+)  # fmt: skip
+def test_no_run_of_a_secret_survives_escaped(
+    secret: str, cut: tuple[int, int], escape: list[bool], depth: int, around: tuple[str, str]
+) -> None:
+    """Any run of 8 or more characters of a secret, with any of its characters JSON-escaped
+    (`\\uXXXX`, `\\/`) at any depth up to 3, is gone from the text."""
+    start = min(cut[0], len(secret) - 8)
+    run = secret[start : start + cut[1]]
+    assume(REDACTED not in secret and not any(run in a for a in around))
+    spelled = "".join(
+        ("\\/" if c == "/" else f"\\u{ord(c):04x}") if escape[i] else c for i, c in enumerate(run)
+    )
+    for _ in range(depth - 1):
+        spelled = spelled.replace("\\", "\\\\")
+    clean = Redactor((secret,)).redact(around[0] + spelled + around[1])
+    assert run not in _unescaped(clean)

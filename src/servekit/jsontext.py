@@ -15,7 +15,14 @@ from typing import Any
 
 from servekit.errors import ServekitError
 
-__all__ = ["NonFiniteNumber", "dumps", "finite_or_null", "non_finite_path"]
+__all__ = [
+    "NonFiniteNumber",
+    "NonStandardConstant",
+    "dumps",
+    "finite_or_null",
+    "loads_standard",
+    "non_finite_path",
+]
 
 
 class NonFiniteNumber(ServekitError):
@@ -88,6 +95,32 @@ def finite_or_null(document: object) -> object:
     return document
 
 
+class NonStandardConstant(ValueError):
+    """JSON text holds `NaN`, `Infinity` or `-Infinity`, which Python's parser takes but
+    JSON has no number for (`constant` is the one met first)."""
+
+    def __init__(self, constant: str) -> None:
+        super().__init__(f"{constant} is not a JSON number")
+        self.constant = constant
+
+
+def loads_standard(text: str | bytes) -> Any:
+    """`json.loads`, refusing the non-standard constants Python's parser accepts.
+
+    For JSON a user hands servekit (an option's value, a tools file): a NaN there would be
+    sent to a server or written into a result, where no other parser reads it.
+
+    Raises:
+        NonStandardConstant: the text holds NaN, Infinity or -Infinity.
+        ValueError, RecursionError: anything `json.loads` refuses (`LOAD_FAILURES`).
+    """
+
+    def refuse(constant: str) -> Any:
+        raise NonStandardConstant(constant)
+
+    return json.loads(text, parse_constant=refuse)
+
+
 LOAD_FAILURES = (ValueError, RecursionError)
 """What `json.loads` raises on text it cannot take: bad syntax or bytes (JSONDecodeError and
 UnicodeDecodeError are ValueErrors), a number past the int conversion limit, nesting past
@@ -96,6 +129,8 @@ the recursion limit."""
 
 def load_problem(exc: ValueError | RecursionError) -> str:
     """What is wrong with JSON text that `json.loads` refused, in a few words."""
+    if isinstance(exc, NonStandardConstant):
+        return f"holds {exc.constant}, which is not a JSON number"
     if isinstance(exc, json.JSONDecodeError):
         return f"{exc.msg} at line {exc.lineno}"
     if isinstance(exc, RecursionError):

@@ -46,10 +46,11 @@ def test_discover_without_version() -> None:
 
 
 def test_unreachable_and_empty_servers_are_endpoint_errors() -> None:
-    """A refused connection says `cannot reach`; a 401 or an empty list says `lists no model`."""
+    """A refused connection is the transport's line with the fix; a 401 or an empty list
+    says `lists no model`."""
 
     async def refused(request: MockRequest) -> MockResponse:
-        raise ConnectFailed("ClientConnectorError", "Connection refused")
+        raise ConnectFailed("ClientConnectorError", "cannot connect to x: connection refused")
 
     async def unauthorized(request: MockRequest) -> MockResponse:
         return MockResponse.json({"error": {"message": "no key"}}, status=401)
@@ -57,7 +58,7 @@ def test_unreachable_and_empty_servers_are_endpoint_errors() -> None:
     async def empty(request: MockRequest) -> MockResponse:
         return MockResponse.json({"data": []})
 
-    with pytest.raises(EndpointError, match=r"cannot reach http://fake:8000/v1/models \(connect"):
+    with pytest.raises(EndpointError, match=r"^cannot connect to x: connection refused; is the"):
         asyncio.run(discover(BASE, {}, transport=MockTransport(refused)))
     for handler in (unauthorized, empty):
         with pytest.raises(EndpointError, match="lists no model"):

@@ -183,8 +183,40 @@ def test_an_error_before_any_point_has_no_blank_line_above(tmp_path: Path) -> No
     )
     assert result.exit_code == 1
     lines = result.stderr.split("\n")
-    assert lines[0].startswith("servekit: error: cannot reach "), result.stderr
+    assert lines[0].startswith("servekit: error: cannot connect to "), result.stderr
     assert lines[1:] == [""]
+
+
+AIOHTTP_WORDS = ("Cannot connect to host", "ssl:default", "Connect call failed", "aiohttp")
+
+
+def test_bench_against_a_closed_port_says_so_in_servekit_words(tmp_path: Path) -> None:
+    """bench against a closed port: one line saying it cannot connect, why, and the fix;
+    none of aiohttp's wording."""
+    result = CliRunner().invoke(
+        cli, ["bench", "--url", DEAD_URL, "--concurrency", "1", "--out", str(tmp_path / "r")]
+    )
+    assert result.exit_code == 1
+    assert result.stderr == (
+        f"servekit: error: cannot connect to {DEAD_URL}: connection refused; is the server "
+        "running? check --url (host and port)\n"
+    )
+
+
+def test_validate_against_a_closed_port_says_so_in_servekit_words(tmp_path: Path) -> None:
+    """validate against a closed port: health fails with servekit's line (in the terminal
+    and validate.json), the rest are skipped; none of aiohttp's wording anywhere."""
+    out = tmp_path / "v"
+    result = CliRunner().invoke(cli, ["validate", "--url", DEAD_URL, "--out", str(out)])
+    assert result.exit_code == 3
+    checks = {c["name"]: c["detail"] for c in json.loads((out / "validate.json").read_text())
+              ["checks"]}  # fmt: skip
+    assert checks["health"] == (
+        f"/health: cannot connect to {DEAD_URL}: connection refused; is the server running?"
+    )
+    written = (out / "transcripts.jsonl").read_text(encoding="utf-8")
+    for text in (result.stdout, result.stderr, written):
+        assert not any(word in text for word in AIOHTTP_WORDS), text
 
 
 def test_click_usage_errors_are_one_line_too() -> None:
@@ -283,3 +315,94 @@ def test_bench_rate_inf_sends_the_point_at_once(
     assert len({r["scheduled_ns"] for r in records}) == 1
     spans = sorted((r["sent_ns"], r["end_ns"]) for r in records)
     assert all(sum(s <= t < e for s, e in spans) <= 2 for t, _ in spans)
+
+
+TOOL_WITH = (
+    '[{{"type": "function", "function": {{"name": "f", "parameters": {{"type": "object", '
+    '"properties": {{"x": {{"type": "number", "maximum": {}}}}}}}}}}}]'
+)
+
+
+def _json_option_args(case: str, url: str, constant: str, tmp_path: Path) -> list[str]:
+    """The command line of one JSON-valued option holding `constant`, against a live server."""
+    tools = tmp_path / "tools.json"
+    tools.write_text(TOOL_WITH.format(constant), encoding="utf-8")
+    out = str(tmp_path / "out")
+    bench = ["bench", "--url", f"{url}/m/ok", "--concurrency", "1", "--requests-per-point",
+             "2", "--warmup", "0", "--input-len", "8", "--output-len", "4",
+             "--out", out]  # fmt: skip
+    return {
+        "bench --chat-template-kwargs": [
+            *bench, "--chat-template-kwargs", f'{{"enable_thinking": {constant}}}'],
+        "validate --thinking-kwargs": [
+            "validate", "--url", f"{url}/m/ok", "--thinking-kwargs", f'{{"x": {constant}}}',
+            "--out", out],
+        "bench --tools": [*bench, "--tools", str(tools)],
+        "sim run --tools": [
+            "sim", "run", "--profile", PROFILE, "--concurrency", "1", "--agent", "--tools",
+            str(tools), "--sessions", "1", "--output-len", "4", "--out", out],
+        "tune --tools": [
+            "tune", PROFILE, "--agent", "--tools", str(tools), "--slo", "tpot_p50<=9ms",
+            "--max-rounds", "1", "--out", out],
+    }[case]  # fmt: skip
+
+
+JSON_OPTIONS = ["bench --chat-template-kwargs", "validate --thinking-kwargs", "bench --tools",
+                "sim run --tools", "tune --tools"]  # fmt: skip
+"""Every option whose value (or file) is JSON."""
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+@pytest.mark.parametrize("case", JSON_OPTIONS)
+def test_every_json_option_refuses_nan_and_infinity(
+    case: str, constant: str, hostile_url: str, tmp_path: Path
+) -> None:
+    """NaN or an infinity inside a JSON option (Python's parser takes them): a usage error
+    (exit 2) naming the option and the constant, one line, before anything is written."""
+    result = CliRunner().invoke(cli, _json_option_args(case, hostile_url, constant, tmp_path))
+    assert result.exit_code == 2, (result.output, result.exception)
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("servekit: error: ")
+    assert case.split()[-1] in lines[0]
+    assert f"holds {constant}, which is not a JSON number" in lines[0]
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("flag", "constant", "text"),
+    [
+        ("--dataset", "NaN", '{"messages": [{"role": "user", "content": "hi", "w": NaN}]}'),
+        ("--conversations", "Infinity", '{"turns": [{"user": "hi"}], "score": Infinity}'),
+        ("--trace", "-Infinity", '{"timestamp_s": -Infinity, "input_len": 8, "output_len": 4}'),
+    ],
+)
+def test_json_files_refuse_nan_and_infinity(
+    flag: str, constant: str, text: str, tmp_path: Path
+) -> None:
+    """A JSON file given to an option holding NaN or an infinity (which would be sent to
+    the server, or read as a time): one usage line naming the file and its line."""
+    path = tmp_path / "input.jsonl"
+    path.write_text(text + "\n", encoding="utf-8")
+    extra = ["--trace-format", "jsonl"] if flag == "--trace" else ["--concurrency", "1"]
+    result = CliRunner().invoke(cli, ["bench", "--url", DEAD_URL, flag, str(path), *extra,
+                                      "--out", str(tmp_path / "out")])  # fmt: skip
+    assert result.exit_code == 2, (result.output, result.exception)
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(
+        f"servekit: error: {path}:1: not JSON (holds {constant}, which is not a JSON number)"
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_bench_help_names_exit_code_3_and_max_failure_rate() -> None:
+    """`bench --help` says when it exits 3 and names --max-failure-rate, the option that
+    allows failures (a CI script reads the exit code)."""
+    result = CliRunner().invoke(cli, ["bench", "--help"], terminal_width=200)
+    assert result.exit_code == 0
+    text = " ".join(result.output.split())
+    assert "3 more requests failed than --max-failure-rate allows" in text
+    assert "--max-failure-rate FLOAT" in text
+    assert "bench exits 3" in text

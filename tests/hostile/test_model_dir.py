@@ -177,3 +177,38 @@ def test_plan_model_dir_symlink_loop_says_so(tmp_path: Path) -> None:
     loop.symlink_to(loop)
     with pytest.raises(ModelDirError, match="is a symlink loop, not a directory"):
         read_checkpoint(loop)
+
+
+def _not_a_directory(tmp_path: Path, kind: str) -> Path:
+    path = tmp_path / "model"
+    if kind == "a symlink loop":
+        path.symlink_to(path)
+    elif kind == "a file":
+        path.write_bytes(b"x")
+    elif kind == "a FIFO":
+        os.mkfifo(path)
+    return path
+
+
+@pytest.mark.parametrize("kind", ["a symlink loop", "a file", "a FIFO"])
+def test_plan_model_dir_says_what_the_path_is_like_doctor(kind: str, tmp_path: Path) -> None:
+    """plan --model-dir on a symlink loop, a file or a FIFO: one usage line saying what the
+    path is, in doctor's words (not click's "does not exist"), and nothing read from it."""
+    path = _not_a_directory(tmp_path, kind)
+    result = CliRunner().invoke(cli, ["plan", M3, "--model-dir", str(path)])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.splitlines() == [
+        f"servekit: error: --model-dir: model path {path} is {kind}, not a directory; point "
+        "it at the checkpoint directory (the one holding config.json)"
+    ]
+    (finding,) = model_dir_findings(probe_model_dir("model", str(path), str(path)))
+    assert finding.title == f"model path {path} is {kind}, not a directory"
+
+
+def test_plan_model_dir_that_is_missing_says_not_found(tmp_path: Path) -> None:
+    """plan --model-dir on a path with nothing there: doctor's "not found" line, exit 2."""
+    result = CliRunner().invoke(cli, ["plan", M3, "--model-dir", str(tmp_path / "none")])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(
+        f"servekit: error: --model-dir: model directory {tmp_path / 'none'} not found; "
+    )

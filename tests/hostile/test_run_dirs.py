@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from servekit.bench.resummarize import STOPPED_NOTE
+from servekit.bench.resummarize import LAST_POINT_NOTE, RECORDS_ONLY_NOTE, STOPPED_NOTE
 from servekit.bench.store import RecordWriter, load_records, read_records
 from servekit.cli.main import cli
 from servekit.demo import ENTRIES, MARKER, prepare_out
@@ -262,12 +262,77 @@ def test_resummarize_matches_the_live_summary(tmp_path: Path, start_server: Star
     assert live["points"][0]["server"]["kv_cache_usage_max"] is not None
 
 
-def test_resummarize_needs_run_json(tmp_path: Path) -> None:
-    """Without run.json (an older run) --resummarize says so in one line."""
-    _torn(tmp_path, b"")
+def _records_only_run(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
+    """A two-point run (c=1, rate=2) reduced to its records.jsonl, ending in a torn line;
+    with the summary the run wrote."""
+    run, opened = tmp_path / "run", tmp_path / "open"
+    assert _sim_run(run).exit_code == 0
+    opened_run = CliRunner().invoke(cli, ["sim", "run", "--profile", PROFILE, "--rate", "2",
+                                          "--requests-per-point", "3", "--output-len", "4",
+                                          "--out", str(opened)])  # fmt: skip
+    assert opened_run.exit_code == 0, opened_run.stderr
+    live = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+    live["points"] += json.loads((opened / "summary.json").read_text(encoding="utf-8"))["points"]
+    for name in ("summary.json", "summary.csv", "summary.md", "run.json"):
+        (run / name).unlink(missing_ok=True)
+    with (run / "records.jsonl").open("ab") as f:
+        f.write((opened / "records.jsonl").read_bytes())
+        f.write(b'{"id": "rate=2-9", "point": "rate=2", "sent')
+    return run, live
+
+
+def test_resummarize_from_records_alone(tmp_path: Path) -> None:
+    """Without run.json --resummarize rebuilds the summary from records.jsonl alone: the
+    points' loads from their labels, their figures from the records, a torn last line
+    skipped; the warning says what could not be known and the summary lists it."""
+    run, live = _records_only_run(tmp_path)
+    done = CliRunner().invoke(cli, ["bench", "--resummarize", str(run), "--json"])
+    assert done.exit_code == 0, done.stderr
+    warnings = done.stderr.strip().splitlines()
+    assert warnings[0] == (f"servekit: warning: {run / 'records.jsonl'}: dropped 1 torn last "
+                           "line (the run was stopped while writing it)")  # fmt: skip
+    assert warnings[1].startswith(f"servekit: warning: {run} has no run.json: the summary is "
+                                  "rebuilt from records.jsonl alone; not known: ")  # fmt: skip
+    assert len(warnings) == 2
+    summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+    assert json.loads(done.stdout) == summary
+    assert [(p["concurrency"], p["rate_rps"]) for p in summary["points"]] == [(1, None), (None, 2)]
+    for rebuilt, measured in zip(summary["points"], live["points"], strict=True):
+        for key in ("completed", "failed", "output_tokens", "ttft_ms", "itl_ms", "latency_s"):
+            assert rebuilt[key] == measured[key], key
+    first, last = (p["client"] for p in summary["points"])
+    assert first == {"valid": True, "warnings": [RECORDS_ONLY_NOTE]}
+    assert last == {"valid": False, "warnings": [RECORDS_ONLY_NOTE, LAST_POINT_NOTE]}
+    workload = summary["workload"]
+    assert (workload["temperature"], workload["seed"]) == (None, None)
+    assert workload["input_len"] == live["workload"]["input_len"]
+    assert workload["output_len"] == 4
+    assert "mean prompt_tokens" in workload["input_len_method"]
+    assert summary["target"] == {"url": None, "model": None, "server_version": None,
+                                 "profile": None}  # fmt: skip
+    assert any("temperature" in item for item in summary["unknown"])
+    assert warnings[1].endswith("; ".join(summary["unknown"]))
+    report = CliRunner().invoke(cli, ["report", str(run), "--out", str(tmp_path / "rep")])
+    assert report.exit_code == 0, report.stderr
+    compared = CliRunner().invoke(cli, ["compare", str(run), str(run), "--json"])
+    assert compared.exit_code == 0, compared.stderr
+
+
+def test_sim_fit_refuses_a_summary_rebuilt_from_records_alone(tmp_path: Path) -> None:
+    """sim fit needs the run's temperature, which a records-only summary does not know:
+    one error line saying so, not a fit on a guessed temperature."""
+    run, _ = _records_only_run(tmp_path)
+    assert CliRunner().invoke(cli, ["bench", "--resummarize", str(run)]).exit_code == 0
+    fit = CliRunner().invoke(cli, ["sim", "fit", str(run), "--profile", PROFILE])
+    assert fit.exit_code == 1
+    assert "does not say the run's temperature" in fit.stderr
+
+
+def test_resummarize_without_records_names_the_file(tmp_path: Path) -> None:
+    """A directory with neither run.json nor records.jsonl is refused in one line."""
     done = CliRunner().invoke(cli, ["bench", "--resummarize", str(tmp_path)])
     assert done.exit_code == 1
-    assert "has no run.json" in done.stderr
+    assert f"{tmp_path} has no records.jsonl" in done.stderr
 
 
 # Item 17: a second demo into the same directory.

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -28,8 +30,12 @@ KEY = "sk-canary-KEY-4f7a9c2e"
 PASSWORD = "pw-canary/PASS-91b2"  # noqa: S105 - a canary; written %2F-escaped in the URL
 QUOTED = PASSWORD.replace("/", "%2F")
 USER = "ops"
-# Every form a leak could take: the key, the password as written and decoded, basic auth.
-CANARIES = (KEY, PASSWORD, QUOTED, base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode())
+BASIC = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+# Every form a leak could take: the key, the password as written and decoded, basic auth,
+# and the starts of them the echo server's partial mode sends back.
+CANARIES = (KEY, PASSWORD, QUOTED, BASIC, KEY[:20], PASSWORD[:12], BASIC[:16])
+ECHO_MODES = ["", "escaped", "partial"]
+"""The echo server's modes: the credentials whole, JSON-escaped, or their starts only."""
 FAST_BENCH = ("--concurrency", "1", "--requests-per-point", "6", "--warmup", "0",
               "--input-len", "8", "--output-len", "4", "--timeout", "5")  # fmt: skip
 FAST_VALIDATE = ("--ladder", "1,2", "--timeout", "10", "--long-context-tokens", "64")
@@ -76,13 +82,31 @@ def run(cwd: Path, *args: str, key: str | None = None, fresh_process: bool = Fal
     return Ran(result.exit_code, result.stdout, result.stderr + crash)
 
 
+def unescaped(text: str) -> str:
+    """`text` with JSON's `\\uXXXX` and `\\/` escapes decoded, at any depth (a canary
+    written escaped is still a leak)."""
+    for _ in range(4):
+        decoded = re.sub(r"\\+u([0-9a-fA-F]{4})", lambda m: chr(int(m[1], 16)), text)
+        decoded = re.sub(r"\\+/", "/", decoded)
+        if decoded == text:
+            break
+        text = decoded
+    return text
+
+
+def canaries_in(text: str) -> list[str]:
+    """The canaries in text, plain or JSON-escaped."""
+    plain = unescaped(text)
+    return [c for c in CANARIES if c in text or c in plain]
+
+
 def leaks(proc: Ran, root: Path) -> list[str]:
     """Where a canary shows: in the output, or in a file anywhere under root."""
     found = [f"{name}: {c}" for name, text in (("stdout", proc.stdout), ("stderr", proc.stderr))
-             for c in CANARIES if c in text]  # fmt: skip
+             for c in canaries_in(text)]  # fmt: skip
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        data = path.read_bytes()
-        found += [f"{path.relative_to(root)}: {c}" for c in CANARIES if c.encode() in data]
+        text = path.read_bytes().decode("utf-8", "replace")
+        found += [f"{path.relative_to(root)}: {c}" for c in canaries_in(text)]
     return found
 
 
@@ -109,13 +133,20 @@ def echo_url() -> Iterator[str]:
         server.wait(timeout=10)
 
 
+def _mode_url(echo_url: str, mode: str) -> str:
+    return f"{echo_url}/{mode}" if mode else echo_url
+
+
+@pytest.mark.parametrize("mode", ECHO_MODES)
 @pytest.mark.parametrize("auth", ["key", "password"])
 def test_bench_against_an_echoing_server_leaks_nothing(
-    tmp_path: Path, echo_url: str, auth: str
+    tmp_path: Path, echo_url: str, auth: str, mode: str
 ) -> None:
     """bench completes its sweep (summary and records written) and neither the records, the
-    summary files nor the terminal hold the key or the password the server echoed."""
-    url = echo_url if auth == "key" else with_password(echo_url)
+    summary files nor the terminal hold the key or the password the server echoed, whole,
+    JSON-escaped or in part."""
+    base = _mode_url(echo_url, mode)
+    url = base if auth == "key" else with_password(base)
     proc = run(tmp_path, "bench", "--url", url, *FAST_BENCH, "--out", "run",
                key=KEY if auth == "key" else None, fresh_process=True)  # fmt: skip
     assert_clean(proc, tmp_path, {0, 3})
@@ -125,13 +156,16 @@ def test_bench_against_an_echoing_server_leaks_nothing(
     assert "[REDACTED]" in (tmp_path / "run" / "summary.json").read_text(encoding="utf-8")
 
 
+@pytest.mark.parametrize("mode", ECHO_MODES)
 @pytest.mark.parametrize("auth", ["key", "password"])
 def test_validate_against_an_echoing_server_leaks_nothing(
-    tmp_path: Path, echo_url: str, auth: str
+    tmp_path: Path, echo_url: str, auth: str, mode: str
 ) -> None:
     """validate runs every check (exit 3: the echoes are not valid answers) and neither
-    validate.json, transcripts.jsonl, --json nor the terminal hold the echoed secrets."""
-    url = echo_url if auth == "key" else with_password(echo_url)
+    validate.json, transcripts.jsonl, --json nor the terminal hold the echoed secrets,
+    whole, JSON-escaped (as text that is not JSON carries them) or in part."""
+    base = _mode_url(echo_url, mode)
+    url = base if auth == "key" else with_password(base)
     key = KEY if auth == "key" else None
     for extra in ((), ("--json",)):
         out = tmp_path / f"out{len(extra)}"
@@ -206,16 +240,38 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_image_build_with_a_patch_url_password_leaks_nothing(tmp_path: Path, echo_url: str) -> None:
-    """`image build` (a URL from the profile) refuses a patch URL with credentials, exit 1,
-    and neither the message nor the context written holds the password."""
+PATCH_DIFF = Path(__file__).parents[1] / "render" / "data" / "pr-python-only.diff"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "{echo}/fix.diff",  # %2F-escaped: urllib sees the credentials
+        "http://{user}:{password}@127.0.0.1:9/fix.diff",  # an unescaped "/": urllib does not
+        "file://{user}:{quoted}@localhost{diff}",  # a file that exists: dry-run wrote it all
+        "file://{user}:{password}@localhost{diff}",
+        "ftp://{user}:{password}@127.0.0.1/fix.diff",
+        "//{user}:{password}@127.0.0.1/fix.diff",
+    ],
+    ids=["http-escaped", "http-slash", "file-escaped", "file-slash", "ftp", "no-scheme"],
+)
+def test_image_build_with_a_patch_url_password_leaks_nothing(
+    tmp_path: Path, echo_url: str, url: str
+) -> None:
+    """`image build --dry-run` (a URL from the profile) refuses a patch URL with
+    credentials, whatever its scheme and however the password is written: exit 1, and
+    neither the message nor a build context (Dockerfile, manifest.json) holds the password."""
+    diff = tmp_path / "fix.diff"
+    diff.write_bytes(PATCH_DIFF.read_bytes())
+    patch_url = url.format(echo=with_password(echo_url), user=USER, password=PASSWORD,
+                           quoted=QUOTED, diff=diff)  # fmt: skip
     profile = tmp_path / "canary-patched.yaml"  # the user's own file, outside the scan
     profile.write_text(
         "extends: minimax-m3-mxfp8-8xa800-v0251-patched\n"
         "name: canary-patched\n"
         "engine:\n"
         "  patches:\n"
-        f"    - {{name: vllm-pr-49149, url: {with_password(echo_url)}/fix.diff}}\n",
+        f"    - {{name: vllm-pr-49149, url: {json.dumps(patch_url)}}}\n",
         encoding="utf-8",
     )
     work = tmp_path / "work"
@@ -223,3 +279,4 @@ def test_image_build_with_a_patch_url_password_leaks_nothing(tmp_path: Path, ech
     proc = run(work, "image", "build", str(profile), "--dry-run", "--context", "ctx")
     assert_clean(proc, work, {1})
     assert "has user:password@ credentials" in proc.stderr
+    assert not (work / "ctx").exists()

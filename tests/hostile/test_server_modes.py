@@ -15,6 +15,7 @@ import os
 import random
 import subprocess
 import sys
+import time
 import traceback
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -80,20 +81,27 @@ class Run:
     stdout: str
     stderr: str
     out: Path
+    elapsed_s: float = 0.0
 
 
 SUBPROCESS = {"ok", "dead", "reset_headers", "metrics_nan", "endless_line", "echo_credentials",
-              "stall_after_first", "slowloris"}  # fmt: skip
+              "stall_after_first", "slowloris", "stall_tokenize"}  # fmt: skip
 """Modes run as real `servekit` processes (a few at once: most of such a run is waiting);
 the others run in this process through click's runner, which is much cheaper."""
 PARALLEL = 4
 
 
+STALLED_TOKENIZE_TIMEOUT = "60"
+"""bench's --timeout against stall_tokenize: far past /tokenize's own 10 s deadline, so a
+run that ends in well under it shows that deadline (not --timeout) cut the stall."""
+
+
 def _argv(command: str, mode: str, url: str, out: Path, extra: tuple[str, ...]) -> list[str]:
     argv = [command, "--url", f"{url}/m/{mode}"]
     if command == "bench":
+        timeout = STALLED_TOKENIZE_TIMEOUT if mode == "stall_tokenize" else "2"
         argv += ["--concurrency", "1", "--requests-per-point", "2", "--warmup", "0",
-                 "--input-len", "8", "--output-len", "4", "--timeout", "2"]  # fmt: skip
+                 "--input-len", "8", "--output-len", "4", "--timeout", timeout]  # fmt: skip
     else:
         argv += ["--ladder", "1", "--timeout", "2"]
     return [*argv, *extra, "--out", str(out)]
@@ -103,11 +111,12 @@ def run(command: str, mode: str, url: str, root: Path, *extra: str) -> Run:
     """`servekit COMMAND` against MODE in a subprocess (`extra` options after the usual)."""
     out = root / f"{command}-{mode}{'-'.join(extra)}"
     env = {**os.environ, "PYTHONPATH": str(SRC), "OPENAI_API_KEY": CANARY_KEY}
+    start = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-m", "servekit", *_argv(command, mode, url, out, extra)],
         capture_output=True, text=True, env=env, timeout=RUN_LIMIT_S, check=False,
     )  # fmt: skip
-    return Run(done.returncode, done.stdout, done.stderr, out)
+    return Run(done.returncode, done.stdout, done.stderr, out, time.monotonic() - start)
 
 
 def run_here(command: str, mode: str, url: str, root: Path, *extra: str) -> Run:
@@ -201,9 +210,23 @@ def test_bench_mode(mode: str, runs: Runs) -> None:
         assert f"2 of 2 requests failed ({kinds.pop()} x2)" in result.stderr
     warnings = summary["points"][0]["client"]["warnings"]
     if mode.startswith("metrics_"):  # a bad /metrics is a warning on the point
-        assert any(w.startswith("/metrics") for w in warnings)
-    if mode == "stall_tokenize":  # sized another way, within the run's few seconds
+        assert any(w.startswith("/metrics") and "server figures" in w for w in warnings)
+    if mode == "stall_tokenize":  # sized another way once /tokenize's own deadline passed
         assert summary["workload"]["input_len_method"].startswith("approximate")
+        assert result.elapsed_s < 30, result.elapsed_s  # --timeout 60 did not have to
+
+
+@pytest.mark.parametrize("mode", ["metrics_nan", "metrics_utf8"])
+def test_a_metrics_problem_keeps_the_load_in_compare(mode: str, runs: Runs) -> None:
+    """A /metrics that cannot be read (NaN, invalid UTF-8) leaves the server figures empty
+    with a warning, but the client's timing stays valid: compare keeps the load."""
+    out = runs.get("bench", mode).out
+    client = strict_json(out / "summary.json")["points"][0]["client"]
+    assert client["valid"] is True, client
+    compared = CliRunner().invoke(cli, ["compare", str(out), str(out), "--json"])
+    assert compared.exit_code == 0, compared.stderr
+    (point,) = json.loads(compared.stdout)["points"]
+    assert point.get("excluded") is None, point
 
 
 @pytest.mark.parametrize("mode", sorted(MODES))

@@ -96,7 +96,7 @@ def test_m3_warnings(inputs_for: Build) -> None:
     warnings = " ".join(make_plan(inputs_for("minimax-m3-mxfp8-8xa800")).warnings)
     assert "outside the KV budget" in warnings
     assert "weight-only through Marlin" in warnings
-    assert "--language-model-only" in warnings
+    assert "--set language_model_only=true" in warnings
     assert "max_num_seqs 128 is far above" in warnings
 
 

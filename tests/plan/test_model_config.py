@@ -330,7 +330,7 @@ def test_gemma2_alternates_sliding_and_global_layers() -> None:
     assert (a.local_attention.num_layers, a.local_attention.window) == (21, 4096)
     assert (a.tie_word_embeddings, a.dtype, facts.quantization) == (True, "bfloat16", "bf16")
     # the source says what the config states and what is served instead
-    assert "dtype: torch_dtype says float32; served as bfloat16 (vLLM's --dtype auto on a GPU)" \
+    assert "dtype: torch_dtype says float32; served as bfloat16 (vLLM's dtype auto on a GPU)" \
         in facts.sources  # fmt: skip
 
 

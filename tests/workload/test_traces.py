@@ -200,7 +200,7 @@ def test_unknown_format_and_bad_options() -> None:
         ),
         (
             '{"timestamp": NaN, "input_length": 5, "output_length": 5, "hash_ids": [0]}',
-            "t:2: timestamp nan is not a number",
+            "t:2: not JSON (holds NaN, which is not a JSON number)",
         ),
         (
             '{"timestamp": -3, "input_length": 5, "output_length": 5, "hash_ids": [0]}',

@@ -43,6 +43,13 @@ def _read_run(run_dir: Path) -> tuple[Target, list[RunPoint]]:
     if not (run_dir / RECORDS_FILE).is_file():
         raise ConfigError(f"{run_dir} has no {RECORDS_FILE} to fit steps from", fix=_FIX)
     summary = read_summary(run_dir)
+    temperature = summary.workload.temperature
+    if temperature is None:  # rebuilt from records alone: the sampling is not known
+        raise ConfigError(
+            f"{run_dir}/summary.json does not say the run's temperature (it was rebuilt from "
+            "records.jsonl alone); acceptance depends on it",
+            fix="fit runs whose summary servekit bench or sim run wrote (with run.json)",
+        )
     by_label: dict[str, list[RequestRecord]] = {}
     for record in read_records(run_dir):
         by_label.setdefault(record.point, []).append(record)
@@ -56,7 +63,7 @@ def _read_run(run_dir: Path) -> tuple[Target, list[RunPoint]]:
         if not any(r.ok and r.chunk_ns for r in records):
             continue
         points.append(
-            RunPoint(label, p.concurrency, p.rate_rps, arrival, summary.workload.temperature,
+            RunPoint(label, p.concurrency, p.rate_rps, arrival, temperature,
                      records, p.server, str(run_dir))
         )  # fmt: skip
     if not points:

@@ -513,8 +513,9 @@ async def measure_point(
     short: list[tuple[int, int]],
 ) -> PointOutcome:
     """Run one point's `send` between /metrics scrapes (and sampled during it), then judge
-    it: the client's self-check, output lengths (`short`: (got, wanted) pairs), scrape
-    problems and the server's generation counter against the `records` kept."""
+    it: the client's self-check, output lengths (`short`: (got, wanted) pairs) and the
+    server's generation counter against the `records` kept make the point invalid; a
+    scrape problem is a warning that leaves it valid (only server figures are missing)."""
     await endpoint.warm(point.concurrency or 8)
     before: Snapshot | None = await scrape(endpoint)
     maxima: dict[str, float] = {}
@@ -548,11 +549,11 @@ async def measure_point(
     server = server_block(before, after, maxima).model_copy(update={"samples": samples})
     if after is not None and after.problem:
         problems.add(after.problem)
-    warnings = _length_warnings(short) + sorted(problems) + warnings
+    warnings = _length_warnings(short) + warnings
     warnings += _token_mismatch(records, server.generation_tokens)
     client = ClientBlock(
-        valid=not warnings,
-        warnings=warnings,
+        valid=not warnings,  # a scrape problem costs server figures, not the client's timing
+        warnings=warnings + sorted(problems),
         loop_lag_ms_p99=figures["loop_lag_ms_p99"],
         send_lag_ms_p99=figures["send_lag_ms_p99"],
         cpu_util=figures["cpu_util"],

@@ -3,7 +3,8 @@ prometheus-client).
 
 A scrape never fails a run: text that is not UTF-8 or not Prometheus text, and values that
 are not finite (NaN, infinity), are dropped and named in `Snapshot.problem`, which the
-caller turns into a warning on the point.
+caller turns into a warning on the point. It says which server figures are missing; the
+client's own timing does not depend on /metrics, so it stays valid.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cac
 
 
 PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos"
+MISSING = ": the point's server figures are missing (the client's timing is unaffected)"
+"""What a scrape that could not be read means for the point."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +58,8 @@ def parse_metrics(text: str) -> Snapshot:
     try:
         families = list(text_string_to_metric_families(text))
     except (ValueError, TypeError, IndexError, KeyError) as exc:
-        return Snapshot({}, {}, problem=f"/metrics is not Prometheus text ({type(exc).__name__})")
+        return Snapshot({}, {}, problem=f"/metrics is not Prometheus text ({type(exc).__name__})"
+                        f"{MISSING}")  # fmt: skip
     not_finite: set[str] = set()
     for family in families:
         name = family.name  # counters lose their _total suffix in the parser
@@ -79,7 +83,10 @@ def parse_metrics(text: str) -> Snapshot:
         for name in not_finite:  # a family with a NaN sample has no trustworthy sum
             counters.pop(name, None)
             gauges.pop(name, None)
-        problem = f"/metrics gave non-finite values for {', '.join(sorted(not_finite))}; ignored"
+        problem = (
+            f"/metrics gave non-finite values for {', '.join(sorted(not_finite))}: those "
+            "server figures are missing (the client's timing is unaffected)"
+        )
     return Snapshot(counters, gauges, per_position or None, problem)
 
 
@@ -91,7 +98,7 @@ async def scrape(endpoint: Endpoint) -> Snapshot | None:
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
-        return Snapshot({}, {}, problem=f"/metrics is not UTF-8 (byte {exc.start}); ignored")
+        return Snapshot({}, {}, problem=f"/metrics is not UTF-8 (byte {exc.start}){MISSING}")
     return parse_metrics(text)
 
 

@@ -288,6 +288,7 @@ def write_summary_tables(run_dir: Path, summary: Summary) -> None:
         "|" + "---|" * len(point_headers("markdown")),
         *("| " + " | ".join(row) + " |" for row in point_rows(points, "markdown")),
     ]
-    title = mdtext.cell(str(summary.target.model))  # the server's name for it: untrusted
+    # the server's name for it: untrusted; not known in a summary rebuilt from records alone
+    title = mdtext.cell(summary.target.model or "model not known")
     text = f"# servekit bench: {title}\n\n" + "\n".join(lines) + "\n"
     (run_dir / "summary.md").write_text(text, encoding="utf-8")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import datetime as dt
@@ -29,8 +28,9 @@ from servekit.bench.store import (
     write_summary_tables,
 )
 from servekit.client.endpoint import open_endpoint
+from servekit.client.http import CONNECT
 from servekit.client.models import malformed_models, model_entries, model_len
-from servekit.client.transport import Transport
+from servekit.client.transport import CONNECT_FIX, Transport
 from servekit.client.urls import redact_url
 from servekit.errors import (
     ChecksFailed,
@@ -75,6 +75,8 @@ async def discover(
     """
     async with open_endpoint(base_url, headers, transport=transport) as server:
         reply = await server.models()
+        if reply.error_kind == CONNECT:
+            raise EndpointError(reply.error or f"cannot connect to {base_url}", fix=CONNECT_FIX)
         if reply.error_kind is not None and reply.status in (None, 200):
             raise EndpointError(
                 f"cannot reach {base_url}/v1/models ({reply.error_kind}: {reply.error})",
@@ -276,7 +278,7 @@ def run_bench(
     check_run_dir(out, RUN_FILES, force=force)
     with sigterm_as_interrupt() as signals:
         try:
-            info = asyncio.run(discover(spec.base_url, spec.headers))
+            info = signals.run(discover(spec.base_url, spec.headers))
         except KeyboardInterrupt:
             raise _stop_error(signals, "before any request was sent; nothing was written") from None
         if not spec.model:
@@ -331,7 +333,7 @@ def run_bench(
                     on_point=on_point,
                     pool=pool,
                 )
-                stopped = asyncio.run(run).stopped
+                stopped = signals.run(run).stopped
             except KeyboardInterrupt:
                 how = "stopped by SIGTERM" if signals.terminated else "interrupted"
                 _keep_partial(progress, f"{how}: the point did not finish")
@@ -390,7 +392,7 @@ FAILURE_FIXES = {
     "timeout": "raise --timeout or lower the load",
     "http_429": "the server refuses the load: lower --concurrency/--rate or raise its limits",
     "http_503": "the server refuses the load: lower --concurrency/--rate or raise its limits",
-    "connect": "check --url and that the server is up",
+    "connect": CONNECT_FIX,
     "invalid_usage": "the server's usage counts are wrong: check its version and proxy",
 }
 """The fix for a run whose most common failure is this class."""

@@ -1,5 +1,6 @@
-"""What `servekit plan` plans and reads (shell): the profile or model config, the startup
-log, and `--calibrate-from-log`'s write of measured overheads into the profile file."""
+"""What `servekit plan` plans and reads (shell): the profile or model config, --model-dir,
+the startup log, and `--calibrate-from-log`'s write of measured overheads into the profile
+file."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from servekit.cli._log_file import log_line_batches
 from servekit.cli._model_profile import build_profile
 from servekit.errors import ConfigError, StartupLogError, UsageError
 from servekit.plan.calibrate import calibration_document, measured_calibration
-from servekit.plan.checkpoint import CheckpointInfo
+from servekit.plan.checkpoint import CheckpointInfo, path_kind
 from servekit.plan.fit import MemoryPlan
+from servekit.plan.model_path import model_path_problem
 from servekit.plan.startup_log import StartupFigures, StartupLogScanner
 from servekit.profiles import Profile, available_profiles, load_profile
 from servekit.profiles.loader import BUILTIN_DIR
@@ -110,3 +112,16 @@ def calibrate_profile(
     data["calibration"] = calibration_document(data.get("calibration") or [], entry, merged)
     write_atomically(path, yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
     return path
+
+
+def check_model_dir(path: Path) -> None:
+    """Refuse a --model-dir that is no directory, saying what it is as doctor does.
+
+    Raises:
+        UsageError: missing, a file, a FIFO, a symlink loop or a broken symlink.
+    """
+    if (problem := model_path_problem(path_kind(path), str(path))) is not None:
+        raise UsageError(
+            f"--model-dir: {problem}",
+            fix="point it at the checkpoint directory (the one holding config.json)",
+        )

@@ -3,7 +3,6 @@ objects, the text of an input file. Each names the flag and the fix when it cann
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -60,10 +59,16 @@ def parse_numbers(
 
 
 def parse_json_object(text: str, flag: str) -> dict[str, Any]:
-    """Parse the JSON object given to `flag` (e.g. --chat-template-kwargs)."""
+    """Parse the JSON object given to `flag` (e.g. --chat-template-kwargs); NaN and the
+    infinities (which Python's parser takes) are refused like any text that is not JSON."""
     example = '\'{"thinking_mode": "enabled"}\''
     try:
-        value = json.loads(text)
+        value = jsontext.loads_standard(text)
+    except jsontext.NonStandardConstant as exc:
+        raise UsageError(
+            f"{flag} {_quoted(text)} holds {exc.constant}, which is not a JSON number",
+            fix="write a finite number or null there",
+        ) from None
     except jsontext.LOAD_FAILURES as exc:
         raise UsageError(
             f"{flag} is not JSON ({jsontext.load_problem(exc)})",
@@ -72,6 +77,11 @@ def parse_json_object(text: str, flag: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise UsageError(f"{flag} must be a JSON object", fix=f"e.g. {example}")
     return value
+
+
+def _quoted(text: str, limit: int = 80) -> str:
+    """An option's text quoted for an error line, cut short past `limit` characters."""
+    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
 
 
 MAX_INPUT_BYTES = {

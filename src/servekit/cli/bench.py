@@ -115,5 +115,5 @@ def _show(summary: Summary, as_json: bool) -> None:
     if as_json:
         emit_json(summary.as_json())
         return
-    title = f"bench {summary.target.url} ({summary.target.model})"
+    title = f"bench {summary.target.url or 'URL not known'} ({summary.target.model or '?'})"
     stdout_console().print(*summary_tables(summary.points, title=title))

@@ -14,7 +14,12 @@ from servekit.cli._output import (
     set_option,
     stdout_console,
 )
-from servekit.cli._plan_source import calibrate_profile, plan_profile, read_figures
+from servekit.cli._plan_source import (
+    calibrate_profile,
+    check_model_dir,
+    plan_profile,
+    read_figures,
+)
 from servekit.cli._values import FiniteFloat
 from servekit.errors import PlanError
 from servekit.hardware import lookup_gpu
@@ -44,7 +49,7 @@ _LOG = click.Path(exists=True, dir_okay=False, path_type=Path)
 )
 @click.option(
     "--model-dir",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),  # checked by servekit: doctor's words for what is there
     help="A local checkpoint: read config.json and safetensors headers for the facts.",
 )
 @click.option(
@@ -74,6 +79,8 @@ def plan_command(
 
     Plan PROFILE, or a model straight from --model-config PATH --gpu GPU --gpus N.
     """
+    if model_dir is not None:
+        check_model_dir(model_dir)
     args = (profile, model_config, gpu, gpus, engine_version, overrides, profiles_dirs)
     prof, checkpoint = plan_profile(*args)
     checkpoint = read_checkpoint(model_dir) if model_dir else checkpoint

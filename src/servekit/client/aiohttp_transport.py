@@ -9,12 +9,14 @@ timestamps when each request's last byte is written (the t0 of `client/http.py`)
 from __future__ import annotations
 
 import contextlib
+import errno
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+import yarl
 
 from servekit.client.transport import ConnectFailed, Disconnected, Response, TransportError
 
@@ -74,6 +76,32 @@ class _AiohttpResponse:
         return self._resp.content.iter_any()  # aiohttp's own iterator: no per-piece wrapper
 
 
+_REASONS = {
+    errno.ECONNREFUSED: "connection refused",
+    errno.ETIMEDOUT: "the connection timed out",
+    errno.EHOSTUNREACH: "no route to the host",
+    errno.ENETUNREACH: "the network is unreachable",
+    errno.ECONNRESET: "the connection was reset",
+    errno.EADDRNOTAVAIL: "the address is not available",
+}
+
+
+def connect_reason(exc: aiohttp.ClientConnectorError) -> str:
+    """Why a connection could not be made, in a few words of servekit's (aiohttp's own text
+    reads "Cannot connect to host 127.0.0.1:9 ssl:default [Connect call failed ...]")."""
+    if isinstance(exc, aiohttp.ClientConnectorDNSError):
+        return f"the host name {exc.host} does not resolve"
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        return "its TLS certificate is not trusted"
+    if isinstance(exc, aiohttp.ClientSSLError):
+        return "the TLS handshake failed"
+    code = exc.os_error.errno
+    if code in _REASONS:
+        return _REASONS[code]
+    words = exc.os_error.strerror or type(exc.os_error).__name__
+    return words[:1].lower() + words[1:]
+
+
 class AiohttpTransport:
     """A `Transport` over a caller's aiohttp session; aiohttp's failures become
     `TransportError`s (a timeout stays a `TimeoutError`)."""
@@ -97,7 +125,10 @@ class AiohttpTransport:
         except TimeoutError:
             raise
         except aiohttp.ClientConnectorError as exc:
-            raise ConnectFailed(type(exc).__name__, str(exc)) from exc
+            origin = yarl.URL(url).origin()
+            raise ConnectFailed(
+                type(exc).__name__, f"cannot connect to {origin}: {connect_reason(exc)}"
+            ) from exc
         except aiohttp.ServerDisconnectedError as exc:
             # its text is aiohttp's repr of the half-parsed message: say what happened
             where = "mid-body" if opened else "before its response headers ended"

@@ -30,7 +30,13 @@ class TransportError(Exception):
 
 
 class ConnectFailed(TransportError):
-    """No connection could be made (refused, unresolvable, unreachable)."""
+    """No connection could be made (refused, unresolvable, unreachable); `text` is one line
+    of servekit's: "cannot connect to http://127.0.0.1:9: connection refused"."""
+
+
+CONNECT_HINT = "is the server running?"
+CONNECT_FIX = f"{CONNECT_HINT} check --url (host and port)"
+"""What to do about a `ConnectFailed`."""
 
 
 class Disconnected(TransportError):

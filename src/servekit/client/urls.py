@@ -4,6 +4,7 @@ requests (and `client/address.py`, which checks a server's URL)."""
 
 from __future__ import annotations
 
+import re
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 SCHEMES = ("http", "https")
@@ -59,7 +60,22 @@ def mask_credentials(text: str) -> str:
     return scheme + sep + rest
 
 
+_URL_START = re.compile(r"\s*(?:[A-Za-z][A-Za-z0-9+.-]*:)?//")
+"""`scheme://` (any scheme), or `//` (a URL without its scheme)."""
+
+
 def has_credentials(text: str) -> bool:
-    """True when a URL as written holds a `user[:password]@` part (or may: see
-    `mask_credentials`)."""
-    return mask_credentials(text) != text.strip()
+    """True when a URL as written holds a `user[:password]@` part, read the way a lenient
+    client reads it: an `@` in its authority, or an `@` further on (before any `?` or `#`)
+    with a `:` between `scheme://` and it. urllib ends the authority at the first `/`, so
+    it reads `https://ops:pw/secret@host/x.diff` as host `ops` and port `pw`; curl sends
+    user `ops` with password `pw/secret` to `host`. Text that is no `scheme://` or `//` URL
+    (a local path) has none."""
+    start = _URL_START.match(text)
+    if start is None:
+        return False
+    rest = text[start.end() :]
+    head = re.split(r"[?#]", rest, maxsplit=1)[0]
+    authority = head.split("/", 1)[0]
+    at = head.rfind("@")
+    return "@" in authority or (at >= 0 and ":" in head[:at])

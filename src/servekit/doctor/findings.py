@@ -21,6 +21,7 @@ from servekit.doctor.facts import (
 )
 from servekit.kb.known_issues import Condition, KnownIssue, Severity, known_issues
 from servekit.plan.fit import MemoryPlan, misfit_message
+from servekit.plan.model_path import model_path_problem
 from servekit.profiles.schema import Profile
 from servekit.specs import GpuSpec
 from servekit.units import GIB
@@ -374,7 +375,7 @@ def model_dir_findings(report: ModelDirReport) -> list[Finding]:
             Finding(
                 "model",
                 "error",
-                f"{report.role} path {where} is {report.kind}, not a directory",
+                str(model_path_problem(report.kind, where, report.role)),
                 fix="point it at the checkpoint directory (the one holding config.json): fix the "
                 "path or symlink, set deploy.host_model_dir, or pass --model-dir",
             )
@@ -384,7 +385,7 @@ def model_dir_findings(report: ModelDirReport) -> list[Finding]:
             Finding(
                 "model",
                 "error",
-                f"{report.role} directory {where} not found",
+                str(model_path_problem("missing", where, report.role)),
                 fix="download the checkpoint there, set deploy.host_model_dir, or pass --model-dir",
             )
         ]

@@ -27,6 +27,7 @@ from typing import Any, TypeGuard
 
 from servekit.errors import ModelDirError
 from servekit.plan.model_config import model_facts_from_config
+from servekit.plan.model_path import model_path_problem
 from servekit.specs import ArchitectureSpec
 
 CONFIG_FILE = "config.json"
@@ -157,11 +158,9 @@ def read_checkpoint(model_dir: str | Path) -> CheckpointInfo:
             file, or a byte count that disagrees with dtype x shape).
     """
     root = Path(model_dir)
-    kind = path_kind(root)
-    if kind != "a directory":
-        what = "does not exist" if kind == "missing" else f"is {kind}, not a directory"
+    if (problem := model_path_problem(path_kind(root), str(root))) is not None:
         raise ModelDirError(
-            f"model directory {root} {what}",
+            problem,
             fix="pass --model-dir a downloaded checkpoint directory (the one holding config.json)",
         )
     allowed = _allowed_roots(root)

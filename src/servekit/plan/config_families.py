@@ -46,10 +46,10 @@ def _base(k: ConfigKeys) -> Facts:
         if facts["dtype"] == str(dtype).removeprefix("torch."):
             k.note(f"dtype: {where}")
         else:
-            k.note(f"dtype: {where} says {dtype}; served as {facts['dtype']} (vLLM's --dtype "
+            k.note(f"dtype: {where} says {dtype}; served as {facts['dtype']} (vLLM's dtype "
                    "auto on a GPU)")  # fmt: skip
     else:
-        k.note("dtype: torch_dtype absent, bfloat16 (vLLM's --dtype auto)")
+        k.note("dtype: torch_dtype absent, bfloat16 (vLLM's dtype auto)")
     return facts
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from servekit.plan.activations import ActivationPeak, activation_peak
 from servekit.plan.comm_memory import comm_memory_warnings
 from servekit.plan.cuda_graphs import GraphPlan, graph_plan
+from servekit.plan.engine_rules import ESTIMATE_CUDAGRAPHS_ENV
 from servekit.plan.inputs import PlanInputs
 from servekit.plan.kv_cache import KvLayout, KvTerm, kv_layout, kv_terms
 from servekit.plan.quantization import lookup_scheme
@@ -228,7 +229,7 @@ def plan_warnings(plan: MemoryPlan) -> list[str]:
         out.append(
             f"multimodal profiling with a {i.max_model_len}-token dummy input reserves "
             f"{to_gib(plan.activations.mm_encoder_bytes):.1f} GiB of activations; for text-only "
-            "serving --language-model-only (or --skip-mm-profiling) frees "
+            "serving --set language_model_only=true (or --set skip_mm_profiling=true) frees "
             f"~{to_gib(freed):.1f} GiB for KV cache"
         )
     if not plan.fits:
@@ -245,12 +246,16 @@ def capture_risks(plan: MemoryPlan) -> tuple[str | None, str | None]:
     graphs = plan.graphs.total_bytes
     if i.estimate_cudagraphs or graphs <= headroom:
         return None, None
+    # spelled as the profile overrides `plan` and `doctor` take (--set), not vLLM's flags
+    room = math.floor((plan.capacity_bytes - graphs) / plan.capacity_bytes * 100) / 100
+    fix = f"lower it with --set gpu_memory_utilization={f'{room:g}' if room > 0 else 'FRACTION'}"
+    if i.accounting.estimate_cudagraphs_env:
+        fix += f" or count the graphs in the budget with --set env.{ESTIMATE_CUDAGRAPHS_ENV}=1"
     risk = (
         f"CUDA graphs (~{to_gib(graphs):.1f} GiB) are outside the KV budget: "
         f"gpu_memory_utilization {i.gpu_memory_utilization} leaves {to_gib(headroom):.2f} GiB "
         f"free, so capture relies on the {to_gib(plan.activations.peak_bytes):.1f} GiB of "
-        "activation memory released after profiling; OOM risk during graph capture. "
-        "Lower --gpu-memory-utilization or set VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1"
+        f"activation memory released after profiling; OOM risk during graph capture; {fix}"
     )
     failure = None
     if graphs > headroom + plan.activations.peak_bytes:

@@ -247,7 +247,7 @@ def fill_serve_defaults(
     online = args.get("quantization")
     if online == "fp8" and document["model"].get("quantization") == "bf16":
         document["model"]["quantization"] = "fp8"
-        sources.append("quantization fp8: online --quantization fp8 of 16-bit weights")
+        sources.append("quantization fp8: serve_args quantization fp8 (online) of 16-bit weights")
 
 
 def check_engine_version(version: str) -> str:

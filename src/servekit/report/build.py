@@ -179,10 +179,13 @@ def provenance(run: Run) -> Section:
     lines = [
         f"run: {run.label}",
         f"started: {s.started_at}  servekit {s.servekit_version}",
-        f"target: {target.url or 'simulated'}  model {target.model}  "
+        f"target: {target.url or ('not known' if s.unknown else 'simulated')}  "
+        f"model {target.model}  "
         f"server {target.server_version}  profile {target.profile}",
         f"workload: {json.dumps(s.workload.as_json(), sort_keys=True)}",
     ]
+    if s.unknown:
+        lines.append(f"not known (rebuilt from records alone): {'; '.join(s.unknown)}")
     if s.command:
         lines.append(f"command: {quote_words(s.command)}")
     if run.profile is not None:

@@ -244,10 +244,10 @@ class Workload(Document):
     input_len: int
     input_len_method: str | None = None
     output_len: int
-    temperature: float
+    temperature: float | None  # None: not known (a summary rebuilt from records alone)
     requests_per_point: int
     warmup: int | None = None
-    seed: int
+    seed: int | None  # None: not known (a summary rebuilt from records alone)
     chat_template_kwargs: dict[str, JsonValue] | None = None
     slo: SloBlock | None = None
     duration_per_point_s: float | None = None
@@ -272,6 +272,8 @@ class Summary(Document):
     command: list[str] | None = None  # the command line, credentials removed (bench)
     time_scale: float | None = None  # set when converted to simulated time
     times: str | None = None  # says how the times were converted
+    # rebuilt from records.jsonl alone (no run.json): what the records could not tell
+    unknown: list[str] | None = None
 
 
 def load_summary(doc: object, *, where: str = "summary.json") -> Summary:

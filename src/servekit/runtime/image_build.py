@@ -79,13 +79,14 @@ def read_patch(url: str, *, cwd: Path, timeout_s: float = DOWNLOAD_TIMEOUT_S) ->
         timeout_s: download timeout.
 
     Raises:
-        ConfigError: the download failed, the file is missing or unreadable, or the
+        ConfigError: the URL holds credentials (`has_credentials`, any scheme; the message
+            masks them), the download failed, the file is missing or unreadable, or the
             text is not UTF-8; the message names the URL or path.
     """
-    if is_http_url(url) and has_credentials(url):
+    if has_credentials(url):  # any scheme: the password must reach no message or file
         raise ConfigError(  # urllib would not send them, and its errors would quote them
             f"patch {mask_credentials(url)} has user:password@ credentials, which servekit "
-            "does not send",
+            "does not send (nor write into the image's labels and manifest)",
             fix="download it yourself and set the patch's url to the local file",
         )
     if is_http_url(url):

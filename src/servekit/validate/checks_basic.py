@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from servekit.client.http import CONNECT
 from servekit.client.models import malformed_models, model_entries, model_len
+from servekit.client.transport import CONNECT_HINT
 from servekit.validate.context import ChatAnswer, Context, Outcome
 from servekit.validate.judge import (
     REASONING_MARKERS,
@@ -47,6 +49,8 @@ async def check_health(ctx: Context) -> Outcome:
     reply = await ctx.get("/health")
     if reply.status == 200:
         return Outcome("pass", f"200 in {reply.elapsed_s * 1000:.0f} ms")
+    if reply.error_kind == CONNECT:
+        return Outcome("fail", f"/health: {reply.error}; {CONNECT_HINT}")
     return Outcome(
         "fail", f"/health: {reply.error_kind or reply.status}: {reply.error or ''}".strip()
     )

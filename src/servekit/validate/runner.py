@@ -202,7 +202,7 @@ def run_validate(
     stopped: Interrupted | None = None
     with sigterm_as_interrupt() as signals:
         try:
-            asyncio.run(run_checks(spec, out=out, on_result=keep))
+            signals.run(run_checks(spec, out=out, on_result=keep))
         except KeyboardInterrupt:
             how = "SIGTERM" if signals.terminated else "Ctrl-C"
             for result in _not_finished(spec, {r.name for r in results}, how):

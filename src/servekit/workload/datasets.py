@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import random
 from dataclasses import dataclass
@@ -76,7 +75,7 @@ def parse_jsonl(text: str, where: str) -> list[PromptItem]:
         if not line.strip():
             continue
         try:
-            row: Any = json.loads(line)
+            row: Any = jsontext.loads_standard(line)
         except (ValueError, RecursionError) as exc:  # also: too deep, a 5000-digit number
             raise UsageError(
                 f"{where}:{number}: not JSON ({jsontext.load_problem(exc)})",
@@ -112,7 +111,7 @@ def _item(row: Any, where: str) -> PromptItem:
 def parse_sharegpt(text: str, where: str) -> list[PromptItem]:
     """Parse a ShareGPT-format JSON file into prompts with output lengths (in words)."""
     try:
-        rows: Any = json.loads(text)
+        rows: Any = jsontext.loads_standard(text)
     except (ValueError, RecursionError) as exc:
         raise UsageError(
             f"{where}: not JSON ({jsontext.load_problem(exc)})",

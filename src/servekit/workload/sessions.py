@@ -17,7 +17,6 @@ simulator, or two runs against different servers, draw the same ones.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import random
 from collections.abc import Sequence
@@ -239,7 +238,7 @@ def parse_conversations(
 
 def _sharegpt_sessions(text: str, where: str, default_output_len: int) -> list[SessionPlan]:
     try:
-        rows: Any = json.loads(text)
+        rows: Any = jsontext.loads_standard(text)
     except jsontext.LOAD_FAILURES as exc:
         raise UsageError(
             f"{where}: not JSON ({jsontext.load_problem(exc)})",

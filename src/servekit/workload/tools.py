@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from servekit import jsontext
@@ -13,10 +12,16 @@ def parse_tools(text: str, where: str) -> tuple[dict[str, Any], ...]:
     """Parse a JSON list of tools, each `{"type": "function", "function": {"name": ...}}`.
 
     Raises:
-        UsageError: not JSON, or not a non-empty list of named function tools.
+        UsageError: not JSON (NaN and the infinities included), or not a non-empty list of
+            named function tools.
     """
     try:
-        doc = json.loads(text)
+        doc = jsontext.loads_standard(text)
+    except jsontext.NonStandardConstant as exc:
+        raise UsageError(
+            f"--tools {where} holds {exc.constant}, which is not a JSON number",
+            fix="write a finite number or null there",
+        ) from None
     except jsontext.LOAD_FAILURES as exc:
         raise UsageError(
             f"--tools {where}: not JSON ({jsontext.load_problem(exc)})",

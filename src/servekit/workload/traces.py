@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import calendar
 import csv
-import json
 import math
 import re
 from collections.abc import Callable, Iterator
@@ -320,7 +319,7 @@ def json_object_lines(
             continue
         loc = f"{where}:{number}"
         try:
-            obj: Any = json.loads(line)
+            obj: Any = jsontext.loads_standard(line)
         except jsontext.LOAD_FAILURES as exc:
             raise UsageError(f"{loc}: not JSON ({jsontext.load_problem(exc)})", fix=fix) from None
         if not isinstance(obj, dict):
