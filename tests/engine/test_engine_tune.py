@@ -14,7 +14,7 @@ bound as tune judged it, the refit exactly when one missed, the winner the measu
 of the verified ones, its profile written, and no engine left.
 
 Not asserted: the held-out errors within 15%. On this 2-core machine one configuration
-measured on separate engine starts moved by more than that (without speculation, the
+measured on separate engine starts moved by more than that (without speculation,
 at concurrency 4: 6.0 to 13.8 requests/s over six starts; with it,
 9.9 to 11.5 at concurrency 8), so the bound holds in some runs and not in others (the
 closing note of issue #19 gives seven runs). Every run's errors are written to
