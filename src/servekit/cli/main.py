@@ -44,7 +44,8 @@ COMMANDS: dict[str, Entry] = {
     "render": Entry("render", "render_command", "Render exact launch artifacts: vllm serve "
                     "args, docker run, compose, k8s or a script."),
     "report": Entry("report", "report_command", "Write report.html (self-contained), "
-                    "report.md and PNG plots for one or more runs."),
+                    "report.md and PNG plots for one or more runs (and a "
+                    "servekit tune run with --tune)."),
     "sim": Entry("sim", "sim_group", "The built-in vLLM engine simulator."),
     "status": Entry("manage", "status_command", "Report whether PROFILE's engine runs, its "
                     "/health, the served model and uptime."),

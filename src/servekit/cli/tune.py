@@ -21,7 +21,8 @@ from servekit.tune.run import run_tune
 @profiles_dir_option
 @json_option
 def tune_command(profile: str, as_json: bool, **opts: Any) -> None:
-    """Find the settings that serve the most requests per GPU within an SLO.
+    """Find the settings that serve the most requests per GPU within an SLO: search in
+    simulation, verify on the engine.
 
     Every candidate (max_num_seqs, max_num_batched_tokens, speculation and its per-batch
     schedule, gpu_memory_utilization, the CUDA-graph estimate flag, TP x DP, prefix caching,
