@@ -16,8 +16,9 @@ of the verified ones, its profile written, and no engine left.
 Not asserted: the held-out errors within 15%. On this 2-core machine one configuration
 measured on separate engine starts moved by more than that (without speculation,
 at concurrency 4: 6.0 to 13.8 requests/s over six starts; with it,
-9.9 to 11.5 at concurrency 8), so the bound holds in some runs and not in others (the
-closing note of issue #19 gives seven runs). Every run's errors are written to
+9.9 to 11.5 at concurrency 8; one core's own speed moved 27-52% within two minutes,
+benchmarks/bench_host_drift.py), so the bound holds in some runs and not in others
+(benchmarks/README.md gives eight runs). Every run's errors are written to
 .artifacts/engine/tune-cpu-errors.json.
 
 The SLO (TPOT p50 <= 40 ms, TTFT p99 <= 2 s) holds up to max_num_seqs for every candidate
