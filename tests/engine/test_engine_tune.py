@@ -18,7 +18,7 @@ measured on separate engine starts moved by more than that (without speculation,
 at concurrency 4: 6.0 to 13.8 requests/s over six starts; with it,
 9.9 to 11.5 at concurrency 8; one core's own speed moved 27-52% within two minutes,
 benchmarks/bench_host_drift.py), so the bound holds in some runs and not in others
-(benchmarks/README.md gives eight runs). Every run's errors are written to
+(benchmarks/README.md gives nine runs). Every run's errors are written to
 .artifacts/engine/tune-cpu-errors.json.
 
 The SLO (TPOT p50 <= 40 ms, TTFT p99 <= 2 s) holds up to max_num_seqs for every candidate
