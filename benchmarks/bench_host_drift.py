@@ -39,6 +39,15 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=60)
     parser.add_argument("--gap-s", type=float, default=2.0)
     args = parser.parse_args()
+    if args.samples < 2:
+        parser.error(
+            f"--samples {args.samples}: the spread needs at least 2; give --samples 2 or more"
+        )
+    if not 0 <= args.gap_s < float("inf"):
+        parser.error(f"--gap-s {args.gap_s}: give a finite number of seconds, 0 or more")
+    if args.core not in os.sched_getaffinity(0):
+        parser.error(f"--core {args.core} is not one this process may run on; "
+                     f"give one of {sorted(os.sched_getaffinity(0))}")  # fmt: skip
     os.sched_setaffinity(0, {args.core})
     rng = np.random.default_rng(0)
     a = rng.standard_normal((512, 512), dtype=np.float32)
