@@ -28,7 +28,8 @@ class RequestRecord:
         first_token_ns: first chunk carrying any generated token, or None.
         first_answer_ns: first content or tool-call token (after reasoning), or None.
         end_ns: when the response ended (or failed).
-        chunk_ns: arrival time of every chunk that carried tokens.
+        chunk_ns: arrival time of every chunk that delivered tokens, whatever its text (a
+            token that decodes to nothing is delivered too).
         chunk_tokens: tokens carried by each of those chunks.
         prompt_tokens: prompt length (server usage when available).
         output_tokens: generated tokens (server usage when available).
@@ -51,6 +52,13 @@ class RequestRecord:
         tool_calls: tool calls in this response.
         tool_args_invalid: of those, calls whose arguments are not JSON or fail the tool's
             JSON schema (or name no known tool).
+        text_chunks: how many chunks carried reasoning or content text (a separate fact:
+            tokens that decode to nothing, a character split over tokens and text a parser
+            holds back make it differ from the deliveries).
+        token_source: where `chunk_tokens` came from: "token_ids" (the server's ids on
+            each chunk), "chunk_usage" (usage on every chunk), "final_usage" (the final
+            count spread over the chunks), "one_per_chunk" (no count at all), "engine"
+            (the offline simulator), or None (a record written before servekit said).
     """
 
     id: str
@@ -75,6 +83,8 @@ class RequestRecord:
     session_end: str | None = None
     tool_calls: int = 0
     tool_args_invalid: int = 0
+    text_chunks: int = 0
+    token_source: str | None = None
 
     # Validation of records read back from JSON: unknown keys are errors.
     __pydantic_config__: ClassVar[ConfigDict] = ConfigDict(extra="forbid")
@@ -97,7 +107,7 @@ _FIELD_NAMES = tuple(f.name for f in fields(RequestRecord))
 _INT_FIELDS = (
     "scheduled_ns", "sent_ns", "first_token_ns", "first_answer_ns", "end_ns",
     "prompt_tokens", "output_tokens", "reasoning_tokens", "cached_tokens", "turn",
-    "tool_calls", "tool_args_invalid",
+    "tool_calls", "tool_args_invalid", "text_chunks",
 )  # fmt: skip
 
 
@@ -128,6 +138,9 @@ def record_from_json(line: str | bytes, *, where: str = "record") -> RequestReco
 
 
 SESSION_ENDS = ("completed", "turn_limit", "failed", "stopped")
+TOKEN_SOURCES = ("token_ids", "chunk_usage", "final_usage", "one_per_chunk", "engine")
+"""Where a record's tokens per chunk came from (`RequestRecord.token_source`), the most
+trusted first."""
 """How a session ended (`RequestRecord.session_end`)."""
 
 _INT64 = range(-(2**63), 2**63)
@@ -154,8 +167,11 @@ def _inconsistency(record: RequestRecord) -> str | None:
         return "chunk_ns or chunk_tokens: a value outside the 64-bit integer range"
     if any(v < 0 for v in record.chunk_tokens) or record.output_tokens < 0:
         return "a negative token count"
-    if min(record.cached_tokens or 0, record.tool_calls, record.tool_args_invalid) < 0:
-        return "a negative cached_tokens, tool_calls or tool_args_invalid"
+    if min(record.cached_tokens or 0, record.tool_calls, record.tool_args_invalid,
+           record.text_chunks) < 0:  # fmt: skip
+        return "a negative cached_tokens, tool_calls, tool_args_invalid or text_chunks"
+    if record.token_source is not None and record.token_source not in TOKEN_SOURCES:
+        return f"token_source: not one of {', '.join(TOKEN_SOURCES)}"
     if record.tool_args_invalid > record.tool_calls:
         return (
             f"tool_args_invalid {record.tool_args_invalid} is more than tool_calls "

@@ -184,7 +184,8 @@ class Sweep:
 
 
 def sweep(spec: BenchSpec, points: list[PointSpec], out: Path) -> Sweep:
-    """Run the points over a keeping transport; the records as written and as seen."""
+    """Run the points over a keeping transport; the records as written and as seen, and
+    the requests the sessions sent (without the token-ids probe before them)."""
     from servekit.bench.store import read_records
 
     seen: list[RequestRecord] = []
@@ -199,4 +200,7 @@ def sweep(spec: BenchSpec, points: list[PointSpec], out: Path) -> Sweep:
             return run, keeping.exchanges
 
     run, exchanges = asyncio.run(go())
+    if spec.token_ids is None:  # the first request was the token-ids probe, not a turn
+        assert exchanges[0].body.get("return_token_ids") is True
+        exchanges = exchanges[1:]
     return Sweep(run, read_records(out), seen, exchanges)

@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 from click.testing import CliRunner
 
-from servekit.bench.runner import plan_requests
+from servekit.bench.requests import plan_requests
 from servekit.bench.spec import BenchSpec
 from servekit.bench.store import read_records
 from servekit.cli.main import cli

@@ -12,12 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from servekit.bench.requests import api_path, request_body
 from servekit.bench.runner import (
     ClientLoad,
     Share,
-    api_path,
     closed_taker,
-    request_body,
     run_points,
     send_share,
 )

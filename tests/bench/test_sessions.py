@@ -213,7 +213,9 @@ def test_a_failed_turn_ends_its_session(tmp_path: Path, start_script: Callable[.
     url = start_script(str(FAULTY)).url
     plans = tuple(SessionPlan(n, (Turn("hello", 2), Turn("again", 2))) for n in ("a", "b"))
     sessions = SessionsSpec(plans, "jsonl test", Delay(0.0), 2)
-    spec = BenchSpec(base_url=url, model="faulty", sessions=sessions, timeout_s=5.0)
+    spec = BenchSpec(  # no token-ids probe: it would take the server's first answer
+        base_url=url, model="faulty", sessions=sessions, timeout_s=5.0, token_ids=False
+    )
     run = sweep(spec, [PointSpec("c=2", concurrency=2)], tmp_path)
     assert run.run.stopped is None
     shapes = sorted(

@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-from servekit.bench.runner import plan_requests
+from servekit.bench.requests import plan_requests
 from servekit.bench.spec import BenchSpec
 from servekit.client.aiohttp_transport import AiohttpTransport
 from servekit.client.endpoint import Endpoint

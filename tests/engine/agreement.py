@@ -139,7 +139,7 @@ def _servekit(url: str, load: Load, seen: int, seed: int, workdir: Path,
         [*pin, sys.executable, "-m", "servekit", "bench", "--url", url, *shape,
          "--requests-per-point", str(load.requests), "--warmup", "0", "--input-len", str(seen),
          "--output-len", str(load.output_len), "--seed", str(seed), "--metrics-interval", "0",
-         "--out", str(out), "--json"],
+         "--token-ids", "on", "--out", str(out), "--json"],
         check=True, capture_output=True, text=True,
     )  # fmt: skip
     engine = _mean_ms(engine_before, server_ttft(url))

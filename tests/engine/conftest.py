@@ -62,8 +62,9 @@ class VllmServer:
 
 
 def build_model(kind: str) -> Path:
-    """Build (or reuse from the cache) a tiny model: `target`, or a `draft-rand` with other
-    weights. The cache key covers the builder's source, so a changed recipe rebuilds."""
+    """Build (or reuse from the cache) a tiny model: `target`, a `draft-rand` with other
+    weights, or `cjk-rand` (random weights, a Chinese-trained vocabulary). The cache key
+    covers the builder's source, so a changed recipe rebuilds."""
     digest = hashlib.sha256(BUILDER.read_bytes()).hexdigest()[:12]
     out = CACHE / f"{kind}-{digest}"
     if (out / "config.json").exists():
@@ -168,6 +169,13 @@ def target_model() -> Path:
 
 
 @pytest.fixture(scope="session")
+def cjk_model() -> Path:
+    """Untrained weights over a byte-level vocabulary trained with Chinese text: greedy
+    output holds tokens that decode to nothing (special tokens, parts of characters)."""
+    return build_model("cjk-rand")
+
+
+@pytest.fixture(scope="session")
 def draft_rand_model() -> Path:
     """A draft with other weights than the target: it proposes tokens the target rejects."""
     return build_model("draft-rand")
@@ -215,6 +223,13 @@ def vllm_traffic(target_model: Path) -> Iterator[VllmServer]:
 def vllm_traffic_off(target_model: Path) -> Iterator[VllmServer]:
     """The target with prefix caching off (and cached tokens still asked for in usage)."""
     yield from _serve("traffic-off", target_model, [*MEASURED_FLAGS, PROMPT_DETAILS])
+
+
+@pytest.fixture(scope="module")
+def vllm_cjk(cjk_model: Path) -> Iterator[VllmServer]:
+    """The random CJK model for token counting: pinned to its own core, prefix caching off,
+    no parsers."""
+    yield from _serve("cjk", cjk_model, MEASURED_FLAGS, core=SERVER_CORE)
 
 
 @pytest.fixture(scope="module")

@@ -79,7 +79,8 @@ def test_bench_counts_exactly_what_vllm_generated(vllm_plain: Any, tmp_path: Pat
     before = _counters(vllm_plain.url)
     code, summary, err = _run(
         "bench", "--url", vllm_plain.url, "--concurrency", "4", "--requests-per-point", "40",
-        "--warmup", "0", "--input-len", "48", "--output-len", "32", "--out", str(tmp_path),
+        "--warmup", "0", "--input-len", "48", "--output-len", "32", "--token-ids", "on",
+        "--out", str(tmp_path),
     )  # fmt: skip
     after = _counters(vllm_plain.url)
     assert code == 0, err

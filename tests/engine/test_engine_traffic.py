@@ -63,7 +63,8 @@ RATE = 1e-6  # summary rates are rounded to six digits
 
 
 def _bench(*args: str) -> tuple[int, Any, str]:
-    result = CliRunner().invoke(cli, ["bench", *args, "--json"])
+    # token ids asked outright: a probe request would add to the engine counters compared
+    result = CliRunner().invoke(cli, ["bench", *args, "--token-ids", "on", "--json"])
     doc = json.loads(result.stdout) if result.stdout.strip() else None
     return result.exit_code, doc, result.stderr + (repr(result.exception) if doc is None else "")
 

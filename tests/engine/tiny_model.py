@@ -1,7 +1,7 @@
 """Build a tiny Llama-shaped model that speaks MiniMax-M3's reasoning and tool-call syntax
 (run as a script by the engine tier's fixtures; see docs/adr/0005-tiny-models.md).
 
-Usage: python tiny_model.py OUT_DIR --kind target|draft-rand
+Usage: python tiny_model.py OUT_DIR --kind target|draft-rand|cjk-rand
 
 Everything is generated here, with no downloads:
 - a byte-level BPE tokenizer trained on a small synthetic corpus, with M3's markers
@@ -16,7 +16,12 @@ Everything is generated here, with no downloads:
     the last message is a tool result         -> "The weather in Paris is sunny."
     anything else                             -> "Hello from the tiny test model."
   then checked in transformers on held-out prompts and on servekit validate's own prompts;
-- `draft-rand`: the same tokenizer with untrained weights (a draft the target rejects).
+- `draft-rand`: the same tokenizer with untrained weights (a draft the target rejects);
+- `cjk-rand`: untrained weights over a tokenizer trained on the same corpus plus Chinese
+  text, so that its byte-level vocabulary spells common characters as one token and the
+  others as two or three byte tokens; greedy decoding of random weights then streams
+  tokens that decode to nothing (special tokens, the first bytes of a character) among the
+  rest, as a real model's output does in Chinese (issue #28).
 """
 
 from __future__ import annotations
@@ -169,7 +174,28 @@ PLAIN_PROMPTS = [
 ]
 
 
-def build_tokenizer(out_dir):
+# Chinese text for the cjk-rand tokenizer: sentences drawn from these characters (a few
+# hundred distinct ones, so the 1,024-entry vocabulary merges only the common ones).
+CJK = (
+    "的一是在不了有和人这中大为上个国我以要他时来用们生到作地于出就分对成会可主发年动同工也能下过子说产种"
+    "面而方后多定行学法所民得经十三之进着等部度家电力里如水化高自二理起小物现实加量都两体制机当使点从业本"
+    "去把性好应开它合还因由其些然前外天政四日那社义事平形相全表间样与关各重新线内数正心反你明看原又么利比"
+    "或但质气第向道命此变条只没结解问意建月公无系军很情者最立代想已通并提直题党程展五果料象员革位入常文总"
+    "次品式活设及管特件长求老头基资边流路级少图山统接知较将组见计别她手角期根论运农指几九区强放决西被干做"
+    "必战先回则任取据处队南给色光门即保治北造百规热领七海口东导器压志世金增争济阶油思术极交受联什认六共权"
+    "收证改清美再采转更单风切打白教速花带安场身车例真务具万每目至达走积示议声报斗完类八离华名确才科张信马"
+    "节话米整空元况今集温传土许步群广石记需段研界拉林律叫且究观越织装影算低持音众书布复容儿须际商非验连断"
+    "模型服务请求延迟吞吐缓存调度批量令牌语言推理解码预填充显卡内存并发测试基准"
+)
+
+
+def cjk_corpus(rnd, sentences=600):
+    """Chinese sentences of 6-24 characters, the first characters far more frequent."""
+    weights = [1.0 / (1 + i) for i in range(len(CJK))]
+    return ["".join(rnd.choices(CJK, weights, k=rnd.randint(6, 24))) for _ in range(sentences)]
+
+
+def build_tokenizer(out_dir, *, cjk=False):
     corpus = []
     rnd = random.Random(0)
     for _ in range(200):
@@ -181,11 +207,13 @@ def build_tokenizer(out_dir):
         "You may call these tools: Call a tool as",
         '{"temperature": 20, "condition": "sunny"}',
     ] * 50
+    if cjk:
+        corpus += cjk_corpus(random.Random(2))
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=768,
+        vocab_size=1024 if cjk else 768,
         special_tokens=[PAD, BOS, EOS, *ROLE_TOKENS],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
@@ -398,16 +426,16 @@ EXTRA_STEPS = 200
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("out_dir")
-    ap.add_argument("--kind", choices=["target", "draft-rand"], default="target")
+    ap.add_argument("--kind", choices=["target", "draft-rand", "cjk-rand"], default="target")
     ap.add_argument("--steps", type=int, default=400)
     args = ap.parse_args()
     train = args.kind == "target"
-    seed = 0 if train else 1
+    seed = {"target": 0, "draft-rand": 1, "cjk-rand": 2}[args.kind]
     t0 = time.time()
     torch.manual_seed(seed)
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     os.makedirs(args.out_dir, exist_ok=True)
-    tok = build_tokenizer(args.out_dir)
+    tok = build_tokenizer(args.out_dir, cjk=args.kind == "cjk-rand")
     for marker in (THINK_OPEN, THINK_CLOSE, NS):
         assert len(tok.encode(marker, add_special_tokens=False)) == 1, marker
     hidden = 256

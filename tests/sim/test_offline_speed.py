@@ -7,7 +7,9 @@ profiles so a later recalibration of the profiles does not move them), the load 
 the seed; `<case>.summary.json` is the summary.json document `servekit sim run` writes for
 it (fixed version and start time); `<case>.records.sha256` is the digest of every record's
 JSON line in order. Any change to the engine's arithmetic, scheduling or RNG draw order
-changes at least one of them.
+changes at least one of them. Issue #28 added `token_sources` to each point and
+`text_chunks` and `token_source` to each record; the goldens were rewritten then, after
+checking that without those keys every summary and record digest equalled the earlier ones.
 """
 
 from __future__ import annotations

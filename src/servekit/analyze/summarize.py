@@ -226,6 +226,9 @@ class PointMetrics:
     per_stream_tok_s: Distribution
     goodput_rps: float | None = None
     goodput_fraction: float | None = None
+    # successful requests by where their tokens per chunk came from (RequestRecord
+    # .token_source); None when no record said (records of an older servekit)
+    token_sources: dict[str, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -356,6 +359,7 @@ def point_metrics(
     output_tokens = sum(r.output_tokens for r in ok)
     good = sum(1 for r in recs if slo.met_by(r)) if slo else 0
     per_stream = 1000.0 / x.tpot_ms[x.tpot_ms > 0]
+    sources = Counter(r.token_source for r in ok if r.token_source is not None)
     return PointMetrics(
         completed=len(ok),
         failed=len(recs) - len(ok),
@@ -374,6 +378,7 @@ def point_metrics(
         per_stream_tok_s=distribution(per_stream, ci=ci),
         goodput_rps=(good / window_s if window_s > 0 else 0.0) if slo else None,
         goodput_fraction=(good / len(recs) if recs else 0.0) if slo else None,
+        token_sources=dict(sorted(sources.items())) if sources else None,
     )
 
 
@@ -410,6 +415,7 @@ def point_to_json(
         else round(metrics.goodput_fraction, 4),
         server=server if server is not None else ServerBlock(),
         client=client if client is not None else ClientBlock(valid=True, warnings=[]),
+        token_sources=metrics.token_sources,
     )
 
 

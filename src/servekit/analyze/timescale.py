@@ -50,6 +50,7 @@ def _scale_point(point: SummaryPoint, time_scale: float) -> SummaryPoint:
         turns=None if point.turns is None else [_scale_turn(t, slower) for t in point.turns],
         sessions=_scale_sessions(point.sessions, time_scale),
         schedule=_scale_schedule(point.schedule, slower),
+        token_sources=point.token_sources,
     )
 
 

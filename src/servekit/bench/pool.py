@@ -31,7 +31,8 @@ from multiprocessing.context import SpawnProcess
 from multiprocessing.sharedctypes import Synchronized
 from typing import Any
 
-from servekit.bench.runner import ClientLoad, Emit, Share, Taker, api_path, send_share
+from servekit.bench.requests import api_path
+from servekit.bench.runner import ClientLoad, Emit, Share, Taker, send_share
 from servekit.bench.spec import BenchSpec
 from servekit.client.endpoint import open_endpoint
 from servekit.errors import SimulationError

@@ -22,10 +22,10 @@ from typing import Any, Protocol
 
 from servekit.analyze.summarize import distribution
 from servekit.analyze.traffic import ScheduleBound, schedule_block, schedule_warning
-from servekit.bench.replay import block_tokens_of, prompt_length_warnings, trace_prompts
+from servekit.bench.replay import prompt_length_warnings
+from servekit.bench.requests import api_path, plan_requests, probe_token_ids, request_body
 from servekit.bench.scrape import Snapshot, scrape, server_block
 from servekit.bench.sessions import SessionPoints
-from servekit.bench.sizing import sized_prompts
 from servekit.bench.spec import BenchSpec, Planned, PointOutcome, PointSpec
 from servekit.bench.store import RecordWriter
 from servekit.client.endpoint import Endpoint, open_endpoint
@@ -36,102 +36,10 @@ from servekit.records import RequestRecord
 from servekit.results.summary import ClientBlock
 from servekit.workload.sessions import arrival_rng
 from servekit.workload.synthetic import arrival_offsets
-from servekit.workload.traces import Trace
 
 SAMPLE_EVERY_S = 0.25
 POOL_START_LEAD_S = 0.3  # worker processes start a point together, this long after dispatch
 Sender = Callable[[int, int], Awaitable[None]]
-
-
-def request_body(
-    spec: BenchSpec, prompt: str | None, output_len: int, messages: Any = None
-) -> dict[str, Any]:
-    """The streaming request body: exact output length, usage on every chunk.
-
-    The length is pinned with `max_tokens` + `ignore_eos` (as vLLM's own benchmark does);
-    `min_tokens` is added only with `BenchSpec.min_tokens`, since on vLLM it adds a logits
-    processor to every step. A server that ignores the pin is caught by the length check.
-    """
-    body: dict[str, Any] = {
-        "model": spec.model,
-        "max_tokens": output_len,
-        "ignore_eos": True,
-        "temperature": spec.temperature,
-        "stream": True,
-        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
-    }
-    if spec.min_tokens:
-        body["min_tokens"] = output_len
-    if spec.api == "chat":
-        body["messages"] = (
-            list(messages) if messages is not None else [{"role": "user", "content": prompt}]
-        )
-        if spec.chat_template_kwargs is not None:
-            body["chat_template_kwargs"] = spec.chat_template_kwargs
-        if spec.tools:
-            body["tools"] = list(spec.tools)
-            body["tool_choice"] = "auto"
-    else:
-        if prompt is None:  # chat messages sent to /v1/completions: join their text
-            prompt = "\n".join(str(m.get("content", "")) for m in messages or ())
-        body["prompt"] = prompt
-    return body
-
-
-async def plan_requests(
-    endpoint: Endpoint, spec: BenchSpec, count: int, rng: random.Random
-) -> tuple[list[Planned], str]:
-    """Every request of the run, in order (from the dataset, or synthetic and sized), and
-    how the prompts' lengths were counted."""
-    if spec.trace is not None:
-        return await _plan_trace(endpoint, spec, spec.trace, count, rng)
-    outputs = [
-        spec.output_dist.draw(rng) if spec.output_dist else spec.output_len for _ in range(count)
-    ]
-    if spec.dataset:
-        items = [spec.dataset[i % len(spec.dataset)] for i in range(count)]
-        rng.shuffle(items)
-        return [
-            Planned(
-                request_body(spec, it.prompt, it.output_len or out, it.messages),
-                it.output_len or out,
-            )
-            for it, out in zip(items, outputs, strict=True)
-        ], "dataset"
-    lengths = [
-        spec.input_dist.draw(rng) if spec.input_dist else spec.input_len for _ in range(count)
-    ]
-    prompts, method = await sized_prompts(endpoint, spec, lengths, rng)
-    return [
-        Planned(request_body(spec, p, out), out) for p, out in zip(prompts, outputs, strict=True)
-    ], method
-
-
-async def _plan_trace(
-    endpoint: Endpoint, spec: BenchSpec, trace: Trace, count: int, rng: random.Random
-) -> tuple[list[Planned], str]:
-    """A replay's requests: distinct synthetic warmup requests (they must not warm the
-    trace's prefixes), then the trace's, each prompt sized to its input length."""
-    warmup = max(count - len(trace.requests), 0)
-    requests = trace.requests[: count - warmup]
-    warm, _ = (
-        await plan_requests(endpoint, dataclasses.replace(spec, trace=None), warmup, rng)
-        if warmup
-        else ([], "")
-    )
-    sized = await trace_prompts(endpoint, spec, requests, block_tokens_of(trace))
-    method = sized.method
-    if sized.problems:  # never silently: the summary names the requests
-        method += f"; {len(sized.problems)} prompt(s) not exact, e.g. {sized.problems[0]}"
-    return warm + [
-        Planned(request_body(spec, prompt, r.output_len), r.output_len)
-        for prompt, r in zip(sized.prompts, requests, strict=True)
-    ], method
-
-
-def api_path(spec: BenchSpec) -> str:
-    """The path requests go to: chat completions or completions."""
-    return f"/v1/{'chat/completions' if spec.api == 'chat' else 'completions'}"
 
 
 def to_record(rid: str, point: str, scheduled_ns: int, timed: TimedStream) -> RequestRecord:
@@ -148,6 +56,8 @@ def to_record(rid: str, point: str, scheduled_ns: int, timed: TimedStream) -> Re
         end_ns=timed.end_ns,
         chunk_ns=tuple(r.chunk_ns),
         chunk_tokens=tuple(r.chunk_tokens),
+        text_chunks=r.text_chunks,
+        token_source=r.token_source,
         prompt_tokens=r.prompt_tokens or 0,
         output_tokens=(r.completion_tokens or sum(r.chunk_tokens)) if ok else 0,
         cached_tokens=r.cached_tokens,
@@ -211,6 +121,7 @@ class Progress:
     current: PointSpec | None = None
     current_records: list[RequestRecord] = field(default_factory=list)
     input_len_method: str = ""
+    token_ids: bool | None = None  # whether requests asked for token ids (None: not yet)
 
 
 async def run_points(
@@ -238,6 +149,9 @@ async def run_points(
     async with open_endpoint(spec.base_url, spec.headers, transport=transport) as endpoint:
         if (dead := await _dead_at_start(endpoint, spec)) is not None:
             return BenchRun(outcomes, dead)
+        if spec.token_ids is None:  # auto: ask for token ids when the server gives them
+            spec = dataclasses.replace(spec, token_ids=await probe_token_ids(endpoint, spec))
+        progress.token_ids = spec.token_ids
         if spec.sessions is not None:
             return await _run_session_points(
                 endpoint, spec, path, points, writer, progress, on_record, on_point, rng

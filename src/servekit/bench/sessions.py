@@ -134,7 +134,7 @@ Keep = Callable[[RequestRecord, "int | None"], None]
 """Keeps one finished request's record, with the output length it had to have (None in an
 agent loop, where the model is free to stop)."""
 BodyOf = Callable[[list[dict[str, Any]], int], dict[str, Any]]
-"""Builds a request body from the messages and the output length (`runner.request_body`)."""
+"""Builds a request body from the messages and the output length (`requests.request_body`)."""
 RecordOf = Callable[[str, str, int, TimedStream], RequestRecord]
 """Turns a timed stream into its record: (id, point label, scheduled_ns, stream)."""
 

@@ -48,6 +48,9 @@ class BenchSpec:
     trace: Trace | None = None  # replay a timestamped trace (one point, "trace")
     sessions: SessionsSpec | None = None  # multi-turn sessions or agent loops per point
     max_schedule_lag_ms: float = 10.0  # a replay point is invalid past this p99 send lag
+    # ask for each chunk's token ids (return_token_ids): None probes the server once and
+    # asks when it answers with them; False never asks (counts then come from usage)
+    token_ids: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -122,10 +122,11 @@ def bench_summary(
     profile: str | None,
     slo: Slo | None = None,
     input_len_method: str = "",
+    token_ids: bool | None = None,
     server: ServerInfo | None = None,
     command: list[str] | None = None,
 ) -> Summary:
-    """The run's summary.json (DESIGN.md section 4); the API key is never part of it.
+    """The run's summary.json (docs/metrics.md); the API key is never part of it.
 
     A replay's workload states the trace's mean lengths and request count, a session run's
     its sessions per point (what was sent, not the unused defaults)."""
@@ -173,6 +174,7 @@ def bench_summary(
             api=spec.api,
             input_len=input_len,
             input_len_method=input_len_method,
+            return_token_ids=token_ids,
             output_len=output_len,
             temperature=spec.temperature,
             requests_per_point=per_point,
@@ -293,7 +295,8 @@ def run_bench(
             return spec.redactor.redact_document(bench_summary(
                 spec, outcomes, version=version, started_at=started,
                 server_version=info.version, profile=profile, slo=slo,
-                input_len_method=progress.input_len_method, server=info, command=command,
+                input_len_method=progress.input_len_method, token_ids=progress.token_ids,
+                server=info, command=command,
             ))  # fmt: skip
 
         def on_point(point: PointSpec, total: int) -> None:

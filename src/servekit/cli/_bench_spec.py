@@ -92,6 +92,7 @@ def bench_inputs(opts: dict[str, Any]) -> tuple[BenchSpec, list[PointSpec], Prof
         tools=tools,
         workers=opts["workers"],
         min_tokens=opts["min_tokens"],
+        token_ids={"auto": None, "on": True, "off": False}[opts["token_ids"]],
         metrics_interval_s=opts["metrics_interval"],
         trace=replay[0] if replay else None,
         sessions=sessions,

@@ -20,6 +20,7 @@ from servekit.cli._output import (
     stdout_console,
 )
 from servekit.cli._rebuild import rebuild_summary
+from servekit.cli._token_options import token_options
 from servekit.cli._traffic_options import traffic_options
 from servekit.cli._values import FiniteFloat
 from servekit.errors import UsageError
@@ -69,8 +70,7 @@ from servekit.results.summary import Summary
               "default, any failure) bench exits 3 after writing the summary.")
 @click.option("--workers", type=click.IntRange(min=1, max=64), default=1, show_default=True,
               help="Processes that send the load, past one client core; records merge.")
-@click.option("--min-tokens", is_flag=True,
-              help="Also pin the output length with min_tokens (servers without ignore_eos).")
+@token_options
 @click.option("--metrics-interval", type=FiniteFloat(min=0), default=0.25, show_default=True,
               help="Seconds between /metrics samples during a point; 0 scrapes only around it.")
 @click.option("--seed", type=int, default=0, show_default=True)

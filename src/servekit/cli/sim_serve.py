@@ -8,9 +8,11 @@ import click
 
 from servekit.cli._output import json_option, profiles_dir_option, set_option
 from servekit.cli._values import FiniteFloat
+from servekit.errors import UsageError
 from servekit.profiles import load_profile
 from servekit.sim.faults import ACCEPTED_FORMS, parse_faults
 from servekit.sim.server import serve
+from servekit.sim.textgen import TokenText
 
 
 def _stderr(line: str) -> None:
@@ -55,6 +57,21 @@ def _json_ready(line: str) -> None:
     is_flag=True,
     help="As vLLM's flag: usage reports prompt_tokens_details.cached_tokens (prefix-cache hits).",
 )
+@click.option(
+    "--empty-token-share",
+    type=FiniteFloat(min=0, max=1),
+    default=0.0,
+    show_default=True,
+    help="Share of generated tokens that decode to no text (as special tokens do).",
+)
+@click.option(
+    "--split-char-share",
+    type=FiniteFloat(min=0, max=1),
+    default=0.0,
+    show_default=True,
+    help="Share of generated tokens that begin a character spelled by two tokens (as a "
+    "byte-level vocabulary splits CJK and emoji): they stream as empty text.",
+)
 @set_option
 @profiles_dir_option
 @json_option
@@ -66,6 +83,8 @@ def serve_command(
     seed: int,
     fault_values: tuple[str, ...],
     enable_prompt_tokens_details: bool,
+    empty_token_share: float,
+    split_char_share: float,
     overrides: tuple[str, ...],
     profiles_dirs: tuple[str, ...],
     as_json: bool,
@@ -76,6 +95,13 @@ def serve_command(
     tool call ends early; without max_tokens an answer is 256 tokens and ends with "stop".
     """
     faults = parse_faults(fault_values, name="--fault")
+    if empty_token_share + split_char_share > 1:
+        raise UsageError(
+            f"--empty-token-share {empty_token_share:g} + --split-char-share "
+            f"{split_char_share:g} is over 1",
+            fix="keep the two shares' sum at most 1",
+        )
+    text = TokenText(empty_share=empty_token_share, split_share=split_char_share)
     profile = load_profile(profile_name, extra_dirs=profiles_dirs, overrides=overrides)
     serve(
         profile,
@@ -87,4 +113,5 @@ def serve_command(
         announce=_json_ready if as_json else _stderr,
         log=_stderr,
         enable_prompt_tokens_details=enable_prompt_tokens_details,
+        token_text=text,
     )

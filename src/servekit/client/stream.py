@@ -2,14 +2,27 @@
 
 Chat and completions chunks are read leniently: `delta.reasoning` (or the older
 `delta.reasoning_content`), `delta.content`, `delta.tool_calls` (reassembled by `index`),
-completions' `text`, `finish_reason`, and `usage` (per chunk with vLLM's
-`continuous_usage_stats`, or once at the end) with `prompt_tokens_details.cached_tokens`
-(vLLM with `--enable-prompt-tokens-details`). Nothing here raises on a bad stream: every
-problem is classified into `error_kind`. Usage is checked, not taken at face value: a count
-that is not a non-negative integer (a boolean, a float, -8), a completion count that falls
-from chunk to chunk, exceeds the request's `max_tokens` or is below the number of chunks
-that carried text, and a cached count above the prompt count, are `invalid_usage`; data
-after `[DONE]` is a `malformed_chunk`.
+completions' `text`, a choice's `token_ids` (vLLM with `return_token_ids`),
+`finish_reason`, and `usage` (per chunk with vLLM's `continuous_usage_stats`, or once at
+the end) with `prompt_tokens_details.cached_tokens` (vLLM with
+`--enable-prompt-tokens-details`).
+
+**A chunk is a token delivery when the server says so, whatever its text.** A token that
+decodes to nothing (a special token, the first bytes of a multi-byte character, text a
+parser holds back) still arrives as a chunk, with empty text; it is counted and timed like
+any other. Tokens per chunk come, in order of trust, from the chunk's `token_ids`, from
+per-chunk usage (the increase over the previous chunk), or from the final usage count
+spread over the chunks that may carry tokens (every choice chunk except the chat role
+chunk and a chunk that carries nothing but a finish reason); with no usage at all, one
+token per such chunk. `StreamResult.token_source` says which. A stream is `empty_output`
+only when the server counted no token and nothing was delivered.
+
+Nothing here raises on a bad stream: every problem is classified into `error_kind`. Counts
+are checked, not taken at face value: a count that is not a non-negative integer (a
+boolean, a float, -8), a completion count that falls from chunk to chunk, exceeds the
+request's `max_tokens` or is below the number of chunks that carried text, token ids that
+add up to another count than the final usage, and a cached count above the prompt count,
+are `invalid_usage`; data after `[DONE]` is a `malformed_chunk`.
 """
 
 from __future__ import annotations
@@ -27,6 +40,20 @@ INVALID_USAGE = "invalid_usage"
 MAX_USAGE_TOKENS = 2**31
 """The largest token count believed without a `max_tokens` to check it against."""
 
+# Where a stream's tokens per chunk came from (`StreamResult.token_source`), the most
+# trusted first (`records.TOKEN_SOURCES`; "engine" is the offline simulator's).
+TOKEN_IDS = "token_ids"  # noqa: S105 - a count's source, not a secret
+CHUNK_USAGE = "chunk_usage"
+FINAL_USAGE = "final_usage"
+ONE_PER_CHUNK = "one_per_chunk"
+
+# What one choice chunk carried (`StreamReader._kinds`).
+_EMPTY = 0  # no text: a token that decoded to nothing, or token ids alone
+_REASONING = 1  # reasoning text only
+_ANSWER = 2  # content or a tool-call delta
+_BARE = 3  # the chat role chunk, or a finish reason alone: tokens only if counts say so
+_NONE = -1  # no token_ids / no usage on the chunk
+
 
 @dataclass(slots=True)
 class ToolCall:
@@ -40,10 +67,17 @@ class ToolCall:
 
 @dataclass(slots=True)
 class StreamResult:
-    """What a stream delivered, with arrival times in integer nanoseconds."""
+    """What a stream delivered, with arrival times in integer nanoseconds.
+
+    `chunk_ns` and `chunk_tokens` pair up: one entry per chunk that delivered at least one
+    token (text or not). `text_chunks` counts the chunks that carried reasoning or content
+    text, a separate fact from the token counts.
+    """
 
     chunk_ns: list[int] = field(default_factory=list)
     chunk_tokens: list[int] = field(default_factory=list)
+    text_chunks: int = 0
+    token_source: str | None = None
     first_token_ns: int | None = None
     first_answer_ns: int | None = None
     reasoning: list[str] = field(default_factory=list)
@@ -72,13 +106,18 @@ class StreamResult:
 class StreamReader:
     """Feed each SSE event's data with its arrival time; call `finish()` at end of stream."""
 
+    __slots__ = ("_count_ns", "_ids", "_kinds", "_limit", "_ns", "_usage", "result")
+
     def __init__(self, *, max_tokens: int | None = None) -> None:
         self.result = StreamResult()
-        self._completion_limit = MAX_USAGE_TOKENS if max_tokens is None else max_tokens
-        self._usage: list[int | None] = []  # cumulative completion tokens seen on each chunk
-        self._reasoning_chunks: list[int] = []  # indexes of chunks that were reasoning only
-        self._text_chunks = 0  # chunks with content or reasoning (a tool-call parser may
-        # send a chunk of held-back arguments without a new token: those are not counted)
+        self._limit = MAX_USAGE_TOKENS if max_tokens is None else max_tokens
+        # One entry per choice chunk, in arrival order: arrival, token_ids length and
+        # cumulative usage completion count (_NONE when the chunk had none), what it held.
+        self._ns: list[int] = []
+        self._ids: list[int] = []
+        self._usage: list[int] = []
+        self._kinds: list[int] = []
+        self._count_ns = 0  # when the completion count last grew (a usage-only chunk too)
 
     def feed(self, data: str, arrival_ns: int) -> None:
         """Consume one event's data (`[DONE]` or a JSON chunk); never raises."""
@@ -103,7 +142,7 @@ class StreamReader:
     def _chunk(self, chunk: Any, arrival_ns: int) -> None:
         # Runs for every chunk of every stream: plain lookups, the common shape first.
         r = self.result
-        if not isinstance(chunk, dict):
+        if type(chunk) is not dict:
             self._fail(MALFORMED_CHUNK, "chunk is not a JSON object")
             return
         choices = chunk.get("choices")
@@ -112,9 +151,9 @@ class StreamReader:
             message = err.get("message") if isinstance(err, dict) else str(err)
             self._fail("server_error", str(message)[:500])
             return
-        usage_tokens = None
+        usage_tokens = _NONE
         usage = chunk.get("usage")
-        if usage and isinstance(usage, dict):
+        if usage and type(usage) is dict:
             # the common case inline (type() is int: a bool is no count); _count explains
             prompt = usage.get("prompt_tokens")
             if type(prompt) is not int or not 0 <= prompt <= MAX_USAGE_TOKENS:
@@ -124,29 +163,91 @@ class StreamReader:
             details = usage.get("prompt_tokens_details")
             if details is not None:
                 self._cached(details)
-            limit = self._completion_limit
+            limit = self._limit
             completion = usage.get("completion_tokens")
             if type(completion) is not int or not 0 <= completion <= limit:
                 completion = self._count(usage, "completion_tokens", limit)
             if completion is not None:
-                if r.completion_tokens is not None and completion < r.completion_tokens:
-                    self._fail(INVALID_USAGE, f"usage completion_tokens fell from "
-                               f"{r.completion_tokens} to {completion}")  # fmt: skip
+                before = r.completion_tokens
+                if before is not None and completion < before:
+                    self._fail(INVALID_USAGE, f"usage completion_tokens fell from {before} "
+                               f"to {completion}")  # fmt: skip
+                elif before is None or completion > before:
+                    self._count_ns = arrival_ns
                 usage_tokens = r.completion_tokens = completion
-        if not choices or not isinstance(choices, list):
+        if not choices or type(choices) is not list:
             return
-        reasoning, content, tools = self._deltas(choices[0])
-        if reasoning or content or tools:
-            if r.first_token_ns is None:
-                r.first_token_ns = arrival_ns
-            if (content or tools) and r.first_answer_ns is None:
-                r.first_answer_ns = arrival_ns
-            if reasoning and not (content or tools):
-                self._reasoning_chunks.append(len(r.chunk_ns))
-            if reasoning or content:
-                self._text_chunks += 1
-            r.chunk_ns.append(arrival_ns)
-            self._usage.append(usage_tokens)
+        choice = choices[0]
+        if type(choice) is not dict:
+            self._fail(MALFORMED_CHUNK, "choice is not an object")
+            return
+        finish = choice.get("finish_reason")
+        if finish:
+            r.finish_reason = str(finish)
+        ids = choice.get("token_ids")
+        if ids is None:
+            ids_count = _NONE
+        elif type(ids) is list:
+            ids_count = len(ids)
+        else:
+            self._fail(MALFORMED_CHUNK, "token_ids is not a list")
+            ids_count = _NONE
+        delta = choice.get("delta")
+        if type(delta) is dict:
+            kind = self._delta(delta, arrival_ns)
+            if kind == _EMPTY and "role" in delta and ids_count == _NONE:
+                kind = _BARE  # the chat stream's first chunk names the role, no token
+        else:
+            text = choice.get("text")  # /v1/completions
+            if type(text) is str and text:
+                r.content.append(text)
+                r.text_chunks += 1
+                if r.first_answer_ns is None:
+                    r.first_answer_ns = arrival_ns
+                kind = _ANSWER
+            elif type(text) is str or ids_count != _NONE:
+                kind = _EMPTY
+            else:
+                kind = _BARE
+        if kind == _EMPTY and finish and ids_count == _NONE:
+            kind = _BARE  # a finish reason with empty text: no token unless counts say so
+        self._ns.append(arrival_ns)
+        self._ids.append(ids_count)
+        self._usage.append(usage_tokens)
+        self._kinds.append(kind)
+
+    def _delta(self, delta: dict[str, Any], arrival_ns: int) -> int:
+        """Keep a chat delta's text and tool calls; what the chunk held (`_EMPTY`...)."""
+        r = self.result
+        kind = _BARE
+        text = False
+        content = delta.get("content")
+        if type(content) is str:
+            kind = _EMPTY
+            if content:
+                r.content.append(content)
+                kind, text = _ANSWER, True
+        reasoning = delta.get("reasoning")
+        if not reasoning:
+            reasoning = delta.get("reasoning_content") or reasoning
+        if type(reasoning) is str:
+            if reasoning:
+                r.reasoning.append(reasoning)
+                text = True
+                if kind != _ANSWER:
+                    kind = _REASONING
+            elif kind == _BARE:
+                kind = _EMPTY
+        calls = delta.get("tool_calls")
+        if calls and self._tool_deltas(calls):
+            kind = _ANSWER
+        elif kind == _BARE and not delta:
+            kind = _EMPTY  # `delta: {}`: a token a parser held back (vLLM with token ids)
+        if text:
+            r.text_chunks += 1
+        if kind == _ANSWER and r.first_answer_ns is None:
+            r.first_answer_ns = arrival_ns
+        return kind
 
     def _cached(self, details: Any) -> None:
         """`prompt_tokens_details.cached_tokens`: a count no larger than the prompt."""
@@ -171,33 +272,6 @@ class StreamReader:
         self._fail(INVALID_USAGE, f"usage {name} is {shown}" + (f", {why}" if why else
                    ": not a token count"))  # fmt: skip
         return None
-
-    def _deltas(self, choice: Any) -> tuple[str, str, bool]:
-        r = self.result
-        if not isinstance(choice, dict):
-            self._fail(MALFORMED_CHUNK, "choice is not an object")
-            return "", "", False
-        if choice.get("finish_reason"):
-            r.finish_reason = str(choice["finish_reason"])
-        delta = choice.get("delta")
-        if not isinstance(delta, dict):
-            text = choice.get("text")  # /v1/completions
-            if isinstance(text, str) and text:
-                r.content.append(text)
-                return "", text, False
-            return "", "", False
-        content = delta.get("content")
-        if content and isinstance(content, str):
-            r.content.append(content)
-        else:
-            content = ""
-        reasoning = delta.get("reasoning") or delta.get("reasoning_content")
-        if reasoning and isinstance(reasoning, str):
-            r.reasoning.append(reasoning)
-        else:
-            reasoning = ""
-        calls = delta.get("tool_calls")
-        return reasoning, content, bool(calls) and self._tool_deltas(calls)
 
     def _tool_deltas(self, calls: Any) -> bool:
         """Reassemble tool-call deltas by `index`; True when any was well formed."""
@@ -226,40 +300,104 @@ class StreamReader:
             self.result.error = message
 
     def finish(self, *, cut: bool = False) -> StreamResult:
-        """Close the stream: classify cuts and empty output, and fill tokens per chunk.
+        """Close the stream: classify cuts and empty output, and count tokens per chunk.
 
-        Per-chunk usage counts only when it arrives on more than one token-carrying chunk
-        (vLLM's `continuous_usage_stats`): each chunk then carries the increase, and a final
-        usage-only count beyond the last chunk goes to the last chunk. Otherwise the final
-        completion count is spread over the chunks that carried tokens (the remainder to the
-        last ones), as DESIGN.md section 5 says.
+        Token ids on any chunk: each chunk carries as many tokens as its ids (a chunk
+        without them none), and they must add up to the final usage. Else per-chunk usage,
+        when it arrives on more than one chunk (vLLM's `continuous_usage_stats`): each
+        chunk carries the increase, and a final count beyond the last chunk goes to the
+        last delivery. Else the final count is spread over the chunks that may carry
+        tokens (the remainder to the last ones); without a count, one token each. A count
+        with no chunk to carry it arrives with the chunk that reported it.
         """
         r = self.result
         if cut or not r.done:
             self._fail(STREAM_CUT, "the stream ended before [DONE]")
-        if r.error_kind is None and not r.chunk_ns:
-            self._fail(EMPTY_OUTPUT, "the stream carried no generated token")
-        n = len(r.chunk_ns)
-        if r.completion_tokens is not None and r.completion_tokens < self._text_chunks:
+        if r.completion_tokens is not None and r.completion_tokens < r.text_chunks:
             self._fail(INVALID_USAGE, f"usage counts {r.completion_tokens} completion tokens "
-                       f"but {self._text_chunks} chunks carried text")  # fmt: skip
-        if r.error_kind == INVALID_USAGE:
-            r.cached_tokens = None
-            r.completion_tokens = None  # not believed: one token per chunk below
-            self._usage = [None] * n
-        if n:
-            total = max(r.completion_tokens if r.completion_tokens is not None else n, 0)
-            seen = [u for u in self._usage if u is not None]
-            if len(seen) >= 2 or (n == 1 and seen):
-                counted = 0
-                r.chunk_tokens = []
-                for usage in self._usage:
-                    step = max((usage if usage is not None else counted) - counted, 0)
-                    counted += step
-                    r.chunk_tokens.append(step)
-                r.chunk_tokens[-1] += max(total - counted, 0)
-            else:
-                base, extra = divmod(total, n)
-                r.chunk_tokens = [base + (1 if i >= n - extra else 0) for i in range(n)]
-        r.reasoning_tokens = sum(r.chunk_tokens[i] for i in self._reasoning_chunks)
+                       f"but {r.text_chunks} chunks carried text")  # fmt: skip
+        counts, source = self._counts()
+        if source == TOKEN_IDS and r.completion_tokens not in (None, sum(counts)):
+            self._fail(INVALID_USAGE, f"the chunks' token_ids hold {sum(counts)} tokens but "
+                       f"usage counts {r.completion_tokens}")  # fmt: skip
+        if r.error_kind == INVALID_USAGE:  # not believed: one token per chunk instead
+            r.cached_tokens = r.completion_tokens = None
+            counts, source = self._spread(None), ONE_PER_CHUNK
+        r.token_source = source
+        kinds = self._kinds
+        chunk_ns, chunk_tokens, delivered = r.chunk_ns, r.chunk_tokens, []
+        for index, (arrival, count) in enumerate(zip(self._ns, counts, strict=True)):
+            if count > 0:
+                chunk_ns.append(arrival)
+                chunk_tokens.append(count)
+                delivered.append(kinds[index])
+        total = r.completion_tokens
+        if total is not None and total > sum(chunk_tokens):
+            if chunk_tokens:
+                chunk_tokens[-1] += total - sum(chunk_tokens)
+            else:  # the server counted tokens no chunk showed: they arrived with the count
+                chunk_ns.append(self._count_ns)
+                chunk_tokens.append(total)
+                delivered.append(_EMPTY)
+        if chunk_ns:
+            r.first_token_ns = chunk_ns[0]
+        elif r.error_kind is None:
+            self._fail(EMPTY_OUTPUT, "the stream carried no generated token")
+        r.reasoning_tokens = _reasoning_tokens(delivered, chunk_tokens)
         return r
+
+    def _counts(self) -> tuple[list[int], str]:
+        """Tokens per choice chunk (0: it delivered none) and where they came from."""
+        ids = self._ids
+        if any(n != _NONE for n in ids):
+            return [max(n, 0) for n in ids], TOKEN_IDS
+        seen = [u for u in self._usage if u != _NONE]
+        if len(seen) >= 2 or (len(self._ns) == 1 and seen):
+            counted = 0
+            counts = []
+            for usage in self._usage:
+                step = usage - counted if usage > counted else 0
+                counted += step
+                counts.append(step)
+            return counts, CHUNK_USAGE
+        total = self.result.completion_tokens
+        return self._spread(total), ONE_PER_CHUNK if total is None else FINAL_USAGE
+
+    def _spread(self, total: int | None) -> list[int]:
+        """`total` tokens over the chunks that may carry them (all but `_BARE` ones), one
+        each when `total` is None; past the count, the last empty-text chunks get none."""
+        kinds = self._kinds
+        able = [i for i, kind in enumerate(kinds) if kind != _BARE]
+        if total is None:
+            total = len(able)
+        elif total < len(able):  # keep the text chunks (total >= them, checked before)
+            texts = [i for i in able if kinds[i] != _EMPTY]
+            empties = [i for i in able if kinds[i] == _EMPTY][: max(total - len(texts), 0)]
+            able = sorted(texts + empties)
+        counts = [0] * len(kinds)
+        if able:
+            base, extra = divmod(total, len(able))
+            first_extra = len(able) - extra
+            for position, index in enumerate(able):
+                counts[index] = base + (1 if position >= first_extra else 0)
+        return counts
+
+
+def _reasoning_tokens(kinds: list[int], tokens: list[int]) -> int:
+    """Tokens of the deliveries that were reasoning. A delivery without text belongs to
+    the text that follows it (a split character completes in the next chunk); those after
+    the last text belong to it."""
+    total = trailing = 0
+    last_text = following = _NONE
+    for kind, count in zip(reversed(kinds), reversed(tokens), strict=True):
+        if kind in (_REASONING, _ANSWER):
+            if last_text == _NONE:
+                last_text = kind
+            following = kind
+            if kind == _REASONING:
+                total += count
+        elif following == _NONE:
+            trailing += count
+        elif following == _REASONING:
+            total += count
+    return total + (trailing if last_text == _REASONING else 0)

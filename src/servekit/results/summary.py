@@ -166,6 +166,9 @@ class SummaryPoint(Document):
     turns: list[TurnBlock] | None = None  # sessions and agent loops only
     sessions: SessionsBlock | None = None
     schedule: ScheduleBlock | None = None  # trace replay only
+    # successful requests by the source of their tokens per chunk: token_ids, chunk_usage,
+    # final_usage, one_per_chunk, engine (None: the records did not say)
+    token_sources: dict[str, int] | None = None
 
     def distribution(self, key: str) -> DistributionBlock:
         """A latency or speed distribution by its summary.json key (KeyError if none)."""
@@ -243,6 +246,9 @@ class Workload(Document):
     api: str | None = None
     input_len: int
     input_len_method: str | None = None
+    # whether requests asked for each chunk's token ids (return_token_ids): bench probes the
+    # server once; None where nothing was asked (sim run, a summary rebuilt from records)
+    return_token_ids: bool | None = None
     output_len: int
     temperature: float | None  # None: not known (a summary rebuilt from records alone)
     requests_per_point: int

@@ -38,8 +38,10 @@ from servekit.sim._respond import (
 from servekit.sim.build import build_engine
 from servekit.sim.faults import Faults
 from servekit.sim.textgen import (
+    PLAIN_TEXT,
     Answer,
     AnswerRequest,
+    TokenText,
     ToolSpec,
     choose_tool,
     detokenize,
@@ -99,8 +101,12 @@ class SimServer:
         log: Log,
         shutdown_grace_s: float = SHUTDOWN_GRACE_S,
         enable_prompt_tokens_details: bool = False,
+        token_text: TokenText = PLAIN_TEXT,
     ) -> None:
         self.profile = profile
+        self.token_text = token_text
+        args = profile.serve_args
+        self.parsers = bool(args.reasoning_parser or args.tool_call_parser)
         self.engine = build_engine(profile, seed=seed)
         # vLLM's --enable-prompt-tokens-details: usage reports the prefix cache's hits
         self.details_block = (
@@ -315,7 +321,11 @@ class SimServer:
             output_ids=iter_answer_token_ids(answer),
         )
         try:
-            reply = Reply(self.model_name, prompt_tokens, answer, chat, self.details_block)
+            reply = Reply(
+                self.model_name, prompt_tokens, answer, chat, self.details_block,
+                prompt_ids=tuple(prompt_ids) if req.return_token_ids else None,
+                parsers=self.parsers, text=self.token_text,
+            )  # fmt: skip
             if req.stream:
                 cut_at = self._cut_point(answer.tokens)
                 return await stream_reply(request, reply, ticket, req.stream_options, cut_at)

@@ -108,7 +108,9 @@ def usage_flags(options: StreamOptions | None) -> tuple[bool, bool]:
 
 
 # Fields where JSON null means "the default", as vLLM's optional fields do.
-_NULL_MEANS_DEFAULT = frozenset({"temperature", "n", "stream", "ignore_eos", "min_tokens"})
+_NULL_MEANS_DEFAULT = frozenset(
+    {"temperature", "n", "stream", "ignore_eos", "min_tokens", "return_token_ids"}
+)
 
 
 class _Sampling(_Lenient):
@@ -121,6 +123,7 @@ class _Sampling(_Lenient):
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int = 1
+    return_token_ids: bool = False  # vLLM's: chunks carry their tokens' ids
 
     @model_validator(mode="before")
     @classmethod
@@ -284,16 +287,21 @@ def chat_chunk(
     *,
     finish_reason: str | None = None,
     usage_doc: dict[str, JsonValue] | None = None,
+    token_ids: list[JsonValue] | None = None,
 ) -> dict[str, JsonValue]:
-    """A `chat.completion.chunk`; delta None makes the usage-only chunk (empty choices)."""
+    """A `chat.completion.chunk`; delta None makes the usage-only chunk (empty choices);
+    `token_ids` go on its choice (vLLM's `return_token_ids`)."""
+    choice: dict[str, JsonValue] = {
+        "index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason
+    }  # fmt: skip
+    if token_ids is not None:
+        choice["token_ids"] = token_ids
     chunk: dict[str, JsonValue] = {
         "id": rid,
         "object": "chat.completion.chunk",
         "created": created,
         "model": model,
-        "choices": []
-        if delta is None
-        else [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+        "choices": [] if delta is None else [choice],
     }
     if usage_doc is not None:
         chunk["usage"] = usage_doc
@@ -308,16 +316,25 @@ def completion_chunk(
     *,
     finish_reason: str | None = None,
     usage_doc: dict[str, JsonValue] | None = None,
+    token_ids: list[JsonValue] | None = None,
+    prompt_token_ids: list[JsonValue] | None = None,
 ) -> dict[str, JsonValue]:
-    """A streamed `text_completion`; text None makes the usage-only chunk (empty choices)."""
+    """A streamed `text_completion`; text None makes the usage-only chunk (empty choices);
+    `token_ids` and (on the first chunk) `prompt_token_ids` go on its choice, as vLLM's
+    `return_token_ids` puts them."""
+    choice: dict[str, JsonValue] = {
+        "index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason
+    }  # fmt: skip
+    if prompt_token_ids is not None:
+        choice["prompt_token_ids"] = prompt_token_ids
+    if token_ids is not None:
+        choice["token_ids"] = token_ids
     chunk: dict[str, JsonValue] = {
         "id": rid,
         "object": "text_completion",
         "created": created,
         "model": model,
-        "choices": []
-        if text is None
-        else [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}],
+        "choices": [] if text is None else [choice],
     }
     if usage_doc is not None:
         chunk["usage"] = usage_doc

@@ -17,7 +17,7 @@ from pydantic import JsonValue
 
 from servekit.sim import _openai as wire
 from servekit.sim._live_engine import Ticket
-from servekit.sim.textgen import Answer, Segment
+from servekit.sim.textgen import PLAIN_TEXT, Answer, Segment, TokenText
 
 MAX_BODY_BYTES = 16 * 1024**2
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
@@ -110,6 +110,12 @@ class Reply:
     # --enable-prompt-tokens-details: the engine's KV block size when its prefix cache is
     # on, 0 when it is off; None without the flag (no prompt_tokens_details then)
     details_block: int | None = None
+    # the request's return_token_ids: its prompt's ids (chunks then carry their tokens' ids)
+    prompt_ids: tuple[int, ...] | None = None
+    # a reasoning or tool-call parser is on: as vLLM's, it sends no chat chunk for a step
+    # whose tokens decode to nothing (unless token ids are asked for)
+    parsers: bool = False
+    text: TokenText = PLAIN_TEXT  # how the answer's tokens decode
 
     def prompt_details(self, ticket: Ticket) -> dict[str, JsonValue] | None:
         """The final usage's `prompt_tokens_details` for the ticket's (admitted) request:
@@ -140,33 +146,55 @@ class _Chunks:
         self.created = int(time.time())
         self.call_id = f"chatcmpl-tool-{uuid.uuid4().hex[:24]}"
         self.continuous_usage = continuous_usage
+        self.sent_prompt_ids = False
 
     def _usage(self, done: int) -> dict[str, JsonValue] | None:
         return wire.usage(self.reply.prompt_tokens, done) if self.continuous_usage else None
 
     def role(self) -> bytes:
-        """The chat stream's first event: the assistant role, no tokens yet."""
+        """The chat stream's first event: the assistant role, no tokens yet (and the
+        prompt's token ids when asked for)."""
         delta: dict[str, JsonValue] = {"role": "assistant", "content": ""}
         r = self.reply
         doc = wire.chat_chunk(self.rid, self.created, r.model, delta, usage_doc=self._usage(0))
+        if r.prompt_ids is not None:
+            doc["prompt_token_ids"] = list(r.prompt_ids)
         return wire.sse(doc)
 
     def step(self, segments: list[Segment], done: int, finish: str | None) -> bytes:
-        """The one event of one engine step, whatever kinds of text it carries."""
+        """The one event of one engine step, whatever kinds of text it carries; nothing for
+        a chat step a parser holds back (its tokens decoded to nothing, no token ids asked
+        for, not the last step): the next event's usage counts its tokens."""
         r = self.reply
+        ids: list[JsonValue] | None = None
+        if r.prompt_ids is not None:
+            ids = [i for segment in segments for i in segment.ids]
         if r.chat:
+            if r.parsers and not r.text.plain:
+                segments = [s for s in segments if s.text or s.kind == "tool"]
+                if not segments and ids is None and finish is None:
+                    return b""
             delta = wire.chat_delta(segments, call_id=self.call_id, tool_name=r.answer.tool_name)
             doc = wire.chat_chunk(
                 self.rid, self.created, r.model, delta,
-                finish_reason=finish, usage_doc=self._usage(done),
+                finish_reason=finish, usage_doc=self._usage(done), token_ids=ids,
             )  # fmt: skip
         else:
             text = "".join(segment.text for segment in segments)
             doc = wire.completion_chunk(
                 self.rid, self.created, r.model, text,
-                finish_reason=finish, usage_doc=self._usage(done),
+                finish_reason=finish, usage_doc=self._usage(done), token_ids=ids,
+                prompt_token_ids=self._first_prompt_ids(),
             )  # fmt: skip
         return wire.sse(doc)
+
+    def _first_prompt_ids(self) -> list[JsonValue] | None:
+        """The prompt's ids on a completion stream's first chunk (token ids asked for)."""
+        ids = self.reply.prompt_ids
+        if ids is None or self.sent_prompt_ids:
+            return None
+        self.sent_prompt_ids = True
+        return list(ids)
 
     def final_usage(self, done: int) -> bytes:
         """The usage-only chunk after the last step (empty choices)."""
@@ -196,7 +224,8 @@ async def stream_reply(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
     )
     await response.prepare(request)
-    reader = reply.answer.reader()
+    reader = reply.answer.reader(reply.text)
+    ids = reply.prompt_ids is not None
     head = chunks.role() if reply.chat else b""
     try:
         while True:
@@ -207,10 +236,12 @@ async def stream_reply(
             if item.crashed:
                 _abort(request)
                 return response
-            segments = reader.take(item.tokens, garbage=ticket.corrupted)
+            segments = reader.take(item.tokens, garbage=ticket.corrupted, ids=ids)
             finish = reply.answer.finish_reason if item.finished else None
-            await response.write(head + chunks.step(segments, reader.delivered, finish))
-            head = b""
+            event = chunks.step(segments, reader.delivered, finish)
+            if event or head:  # the role chunk goes with the first output, held or not
+                await response.write(head + event)
+                head = b""
             if item.finished:
                 break
         tail = chunks.final_usage(reader.delivered) if include_usage else b""
@@ -230,7 +261,7 @@ async def whole_reply(reply: Reply, ticket: Ticket) -> web.StreamResponse:
     """
     answer, chat, model, prompt_tokens = reply.answer, reply.chat, reply.model, reply.prompt_tokens
     texts: dict[str, list[str]] = {}
-    reader = answer.reader()
+    reader = answer.reader(reply.text)
     while True:
         item = await ticket.queue.get()
         if item.crashed:

@@ -234,6 +234,8 @@ def run_traffic(
                 end_ns=now,
                 chunk_ns=tuple(state.chunks_ns),
                 chunk_tokens=tuple(state.chunk_tokens),
+                text_chunks=len(state.chunks_ns),  # every simulated token has text
+                token_source="engine",  # noqa: S106 - a count's source, no secret
                 output_tokens=sum(state.chunk_tokens),
                 **fields,
             )

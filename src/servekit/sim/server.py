@@ -35,6 +35,7 @@ from servekit.sim.startup_lines import (
     serving_lines,
     startup_facts,
 )
+from servekit.sim.textgen import PLAIN_TEXT, TokenText
 
 # aiohttp's own per-connection shutdown wait; `SimServer.shutdown` has already cut every
 # request after SHUTDOWN_GRACE_S by then, so it is a backstop, not a delay.
@@ -50,6 +51,7 @@ def make_app(
     log: Log = log_to_stderr,
     shutdown_grace_s: float = SHUTDOWN_GRACE_S,
     enable_prompt_tokens_details: bool = False,
+    token_text: TokenText = PLAIN_TEXT,
 ) -> web.Application:
     """Build the simulated server's aiohttp application (serve it with `make_runner`).
 
@@ -62,6 +64,8 @@ def make_app(
         shutdown_grace_s: on shutdown, seconds in-flight requests get before they are cut.
         enable_prompt_tokens_details: as vLLM's flag, report usage
             `prompt_tokens_details` (the prompt tokens the prefix cache served).
+        token_text: how generated tokens decode: a share that decodes to nothing and a
+            share that starts a two-token character (default: every token has its text).
 
     Raises:
         SimulationError: time_scale is not positive, or the profile cannot be simulated.
@@ -71,7 +75,7 @@ def make_app(
     server = SimServer(
         profile, seed=seed, time_scale=time_scale, faults=faults or Faults(), log=log,
         shutdown_grace_s=shutdown_grace_s,
-        enable_prompt_tokens_details=enable_prompt_tokens_details,
+        enable_prompt_tokens_details=enable_prompt_tokens_details, token_text=token_text,
     )  # fmt: skip
     app = web.Application(
         middlewares=[stamp_arrival, server.tracked, server.errors, yield_to_engine(server.live)],
@@ -146,6 +150,7 @@ async def serve_async(
     announce: Callable[[str], None] = log_to_stderr,
     log: Log = log_to_stderr,
     enable_prompt_tokens_details: bool = False,
+    token_text: TokenText = PLAIN_TEXT,
 ) -> None:
     """Serve a simulated deployment until `stop` is set.
 
@@ -167,6 +172,7 @@ async def serve_async(
         announce: receives `servekit sim: serving <profile> on <url>` once listening.
         log: receives server log lines.
         enable_prompt_tokens_details: report usage `prompt_tokens_details` (vLLM's flag).
+        token_text: how generated tokens decode (`make_app`).
 
     Raises:
         SimulationError: the engine "ran out of memory", the port cannot be bound, or the
@@ -194,7 +200,7 @@ async def serve_async(
         )
     app = make_app(
         profile, seed=seed, time_scale=time_scale, faults=faults, log=log,
-        enable_prompt_tokens_details=enable_prompt_tokens_details,
+        enable_prompt_tokens_details=enable_prompt_tokens_details, token_text=token_text,
     )  # fmt: skip
     for line in loaded_lines(facts, load_s=loop.time() - began):
         log(line)
@@ -228,6 +234,7 @@ def serve(
     announce: Callable[[str], None] = log_to_stderr,
     log: Log = log_to_stderr,
     enable_prompt_tokens_details: bool = False,
+    token_text: TokenText = PLAIN_TEXT,
 ) -> None:
     """Serve a simulated deployment until SIGINT or SIGTERM (see `serve_async`).
 
@@ -243,7 +250,7 @@ def serve(
         await serve_async(
             profile, stop=stop, host=host, port=port, seed=seed, time_scale=time_scale,
             faults=faults, announce=announce, log=log,
-            enable_prompt_tokens_details=enable_prompt_tokens_details,
+            enable_prompt_tokens_details=enable_prompt_tokens_details, token_text=token_text,
         )  # fmt: skip
 
     asyncio.run(main())

@@ -275,6 +275,50 @@ class Segment:
     text: str
     tokens: int
     first: bool  # the first tokens of this kind in the answer
+    ids: tuple[int, ...] = ()  # the tokens' ids, when the reader was asked for them
+
+
+@dataclass(frozen=True, slots=True)
+class TokenText:
+    """How generated tokens decode, as a real tokenizer's do (`sim serve`'s options).
+
+    Attributes:
+        empty_share: share of reasoning and content tokens that decode to no text at all,
+            as special tokens do (a real detokenizer skips them).
+        split_share: share of reasoning and content tokens that are the first half of a
+            character spelled by two tokens (a byte-level vocabulary splits CJK characters
+            and emoji): the token streams as empty text and the character arrives with the
+            next token.
+    """
+
+    empty_share: float = 0.0
+    split_share: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("empty_share", "split_share"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise SimulationError(
+                    f"{name} {value} is not a share between 0 and 1", fix="use e.g. 0.05"
+                )
+        if self.empty_share + self.split_share > 1.0:
+            raise SimulationError(
+                f"empty_share {self.empty_share} + split_share {self.split_share} is over 1",
+                fix="keep the two shares' sum at most 1",
+            )
+
+    @property
+    def plain(self) -> bool:
+        """True when every token decodes to its own text."""
+        return self.empty_share == 0.0 and self.split_share == 0.0
+
+
+PLAIN_TEXT = TokenText()
+SPECIAL_TOKEN_ID = token_id("<|special|>")
+"""The id a token that decodes to nothing carries (a special token)."""
+HALF_CHARACTER_ID = token_id("<|byte|>")
+"""The id of the first token of a character spelled by two tokens."""
+_SPLIT_CHARACTERS = "语言模型服务请求延迟吞吐缓存调度批量令牌🙂🚀"
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,19 +343,66 @@ class Answer:
         """Output tokens of the whole answer."""
         return self.reasoning_tokens + self.content_tokens + len(self.tool_pieces)
 
-    def reader(self) -> AnswerReader:
-        """A cursor that generates the answer's text chunk by chunk, from the start."""
-        return AnswerReader(self)
+    def reader(self, text: TokenText = PLAIN_TEXT) -> AnswerReader:
+        """A cursor that generates the answer's text chunk by chunk, from the start, its
+        tokens decoding as `text` says."""
+        return AnswerReader(self, text)
 
 
 class AnswerReader:
-    """Generates an answer's text in delivery order, O(chunk) work and memory per call."""
+    """Generates an answer's text in delivery order, O(chunk) work and memory per call.
 
-    def __init__(self, answer: Answer) -> None:
+    With a `TokenText` that is not plain, reasoning and content tokens are drawn to decode
+    to nothing or to start a two-token character, from a generator seeded by the answer:
+    the same answer gives the same text streamed or whole, however it is chunked.
+    """
+
+    def __init__(self, answer: Answer, text: TokenText = PLAIN_TEXT) -> None:
         self.answer = answer
         self.delivered = 0
         self._reasoning = iter_generated(answer.reasoning_seed)
         self._content = iter_generated(answer.content_seed)
+        self._text = text
+        self._shaping = random.Random(answer.reasoning_seed ^ answer.content_seed ^ 0x7E47)
+        self._half: dict[Kind, str] = {}  # a character begun by this kind's last token
+        self._ids: dict[str, int] = {}  # generated text reuses a small lexicon
+
+    def _shape(self, kind: Kind, pieces: list[str]) -> tuple[list[str], list[int] | None]:
+        """The pieces as they decode under `TokenText` (and the ids of the changed ones)."""
+        text, draw = self._text, self._shaping.random
+        empty, split = text.empty_share, text.empty_share + text.split_share
+        out: list[str] = []
+        ids: list[int] = []
+        for piece in pieces:
+            if (half := self._half.pop(kind, None)) is not None:
+                out.append(half)  # the character's second token: now it decodes
+                ids.append(token_id(half))
+                continue
+            u = draw()
+            if u < empty:
+                out.append("")
+                ids.append(SPECIAL_TOKEN_ID)
+            elif u < split:
+                character = _SPLIT_CHARACTERS[int(draw() * len(_SPLIT_CHARACTERS))]
+                self._half[kind] = (" " if piece.startswith(" ") else "") + character
+                out.append("")
+                ids.append(HALF_CHARACTER_ID)
+            else:
+                out.append(piece)
+                ids.append(-1)  # its own piece's id
+        return out, ids
+
+    def _token_ids(self, pieces: list[str], shaped: list[int] | None) -> tuple[int, ...]:
+        known = self._ids
+        out = []
+        for index, piece in enumerate(pieces):
+            ident = shaped[index] if shaped is not None else -1
+            if ident < 0:
+                ident = known.get(piece, -1)
+                if ident < 0:
+                    ident = known[piece] = token_id(piece)
+            out.append(ident)
+        return tuple(out)
 
     def _pieces(self, kind: Kind, lo: int, hi: int) -> list[str]:
         answer = self.answer
@@ -324,12 +415,13 @@ class AnswerReader:
             pieces[-1] = "."
         return pieces
 
-    def take(self, count: int, *, garbage: bool = False) -> list[Segment]:
+    def take(self, count: int, *, garbage: bool = False, ids: bool = False) -> list[Segment]:
         """Generate the next `count` output tokens, split into runs of one kind.
 
         Args:
             count: tokens in this chunk (fewer if the answer ends first).
             garbage: replace the text by NUL bytes and U+FFFD (a corrupted request).
+            ids: also give each segment its tokens' ids (`return_token_ids`).
         """
         answer = self.answer
         start, out, offset = self.delivered, [], 0
@@ -343,8 +435,12 @@ class AnswerReader:
             hi = min(start + count, offset + size)
             if lo < hi:
                 pieces = self._pieces(kind, lo - offset, hi - offset)
+                shaped = None
+                if kind != "tool" and not self._text.plain:  # arguments stay valid JSON
+                    pieces, shaped = self._shape(kind, pieces)
                 text = GARBAGE_PIECE * len(pieces) if garbage else "".join(pieces)
-                out.append(Segment(kind, text, hi - lo, lo == offset))
+                token_ids = self._token_ids(pieces, shaped) if ids else ()
+                out.append(Segment(kind, text, hi - lo, lo == offset, token_ids))
                 self.delivered += hi - lo
             offset += size
         return out
