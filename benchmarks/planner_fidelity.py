@@ -8,7 +8,7 @@ then the distribution against the bounds. With --seed it also re-plans MiniMax-M
 8x A800 and compares it with the deployment's reported figures.
 
 Run: PYTHONPATH=src .venv/bin/python benchmarks/planner_fidelity.py [--corpus DIR] [--json]
-     [--markdown] [--seed ../shared/reference/seed.json]
+     [--markdown] [--seed benchmarks/corpus/seed.json]
 """
 
 from __future__ import annotations

@@ -16,28 +16,27 @@ import pytest
 from servekit.client.stream import StreamReader, StreamResult
 
 
-def chat(delta: dict[str, Any], *, usage: int | None = None, ids: list[int] | None = None,
-         finish: str | None = None) -> str:  # fmt: skip
-    """One chat chunk."""
-    choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
+def _chunk(obj: str, choice: dict[str, Any], usage: int | None, ids: list[int] | None,
+           finish: str | None) -> str:  # fmt: skip
+    choice["finish_reason"] = finish
     if ids is not None:
         choice["token_ids"] = ids
-    body: dict[str, Any] = {"object": "chat.completion.chunk", "choices": [choice]}
+    body: dict[str, Any] = {"object": obj, "choices": [choice]}
     if usage is not None:
         body["usage"] = {"prompt_tokens": 5, "completion_tokens": usage}
     return json.dumps(body)
+
+
+def chat(delta: dict[str, Any], *, usage: int | None = None, ids: list[int] | None = None,
+         finish: str | None = None) -> str:  # fmt: skip
+    """One chat chunk."""
+    return _chunk("chat.completion.chunk", {"index": 0, "delta": delta}, usage, ids, finish)
 
 
 def completion(text: str, *, usage: int | None = None, ids: list[int] | None = None,
                finish: str | None = None) -> str:  # fmt: skip
     """One /v1/completions chunk."""
-    choice: dict[str, Any] = {"index": 0, "text": text, "finish_reason": finish}
-    if ids is not None:
-        choice["token_ids"] = ids
-    body: dict[str, Any] = {"object": "text_completion", "choices": [choice]}
-    if usage is not None:
-        body["usage"] = {"prompt_tokens": 5, "completion_tokens": usage}
-    return json.dumps(body)
+    return _chunk("text_completion", {"index": 0, "text": text}, usage, ids, finish)
 
 
 def final_usage(completion_tokens: int) -> str:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
@@ -14,6 +16,8 @@ from servekit.sim.faults import ACCEPTED_FORMS, parse_faults
 from servekit.sim.server import serve
 from servekit.sim.textgen import TokenText
 
+F = TypeVar("F", bound=Callable[..., Any])
+
 
 def _stderr(line: str) -> None:
     click.echo(line, err=True)
@@ -23,6 +27,13 @@ def _json_ready(line: str) -> None:
     """Turn the ready line into one JSON object on stdout (the URL with the bound port)."""
     profile, _, url = line.removeprefix("servekit sim: serving ").partition(" on ")
     click.echo(json.dumps({"event": "listening", "profile": profile, "url": url}))
+
+
+def _share_option(name: str, help_text: str) -> Callable[[F], F]:
+    """A share of generated tokens, 0 to 1 (default 0)."""
+    return click.option(
+        name, type=FiniteFloat(min=0, max=1), default=0.0, show_default=True, help=help_text
+    )
 
 
 @click.command("serve")
@@ -57,19 +68,13 @@ def _json_ready(line: str) -> None:
     is_flag=True,
     help="As vLLM's flag: usage reports prompt_tokens_details.cached_tokens (prefix-cache hits).",
 )
-@click.option(
+@_share_option(
     "--empty-token-share",
-    type=FiniteFloat(min=0, max=1),
-    default=0.0,
-    show_default=True,
-    help="Share of generated tokens that decode to no text (as special tokens do).",
+    "Share of generated tokens that decode to no text (as special tokens do).",
 )
-@click.option(
+@_share_option(
     "--split-char-share",
-    type=FiniteFloat(min=0, max=1),
-    default=0.0,
-    show_default=True,
-    help="Share of generated tokens that begin a character spelled by two tokens (as a "
+    "Share of generated tokens that begin a character spelled by two tokens (as a "
     "byte-level vocabulary splits CJK and emoji): they stream as empty text.",
 )
 @set_option

@@ -149,14 +149,14 @@ async def stream_request(
                     # them before any of us spends time parsing (stamp first, work later).
                     await asyncio.sleep(0)
                     try:
-                        events = parser.feed(piece)
+                        events = parser.feed_data(piece)
                     except SseLineTooLong as exc:
                         for event in exc.events:
                             reader.feed(event.data, arrived)
                         failure = (LINE_TOO_LONG, f"{exc}: not an event stream")
                         break  # leaving the block closes the connection
-                    for event in events:
-                        reader.feed(event.data, arrived)
+                    for data in events:
+                        reader.feed(data, arrived)
     except TimeoutError:
         cut, failure = True, (TIMEOUT, f"no end within {timeout_s} s")
     except ConnectFailed as exc:

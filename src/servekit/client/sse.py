@@ -30,6 +30,11 @@ class SseEvent(NamedTuple):
     id: str | None = None
 
 
+_Raw = tuple[str, str, str | None]
+"""An event as the parser builds it: data, event type, last event id (a plain tuple is
+built several times faster than the named one)."""
+
+
 class SseLineTooLong(ValueError):
     """A line or an event's data exceeded the parser's limit (a protocol error).
 
@@ -62,8 +67,16 @@ class SseParser:
             SseLineTooLong: a line or an event's data passed the limit; the parser holds
                 nothing after it (the stream is to be abandoned).
         """
-        text = self._decoder.decode(chunk)
-        return self._consume(text)
+        return list(map(SseEvent._make, self._consume(self._decoder.decode(chunk))))
+
+    def feed_data(self, chunk: bytes) -> list[str]:
+        """`feed`, giving only each event's data: what an OpenAI-style stream carries, at
+        a tenth of the cost per event of building an `SseEvent`.
+
+        Raises:
+            SseLineTooLong: as `feed`.
+        """
+        return [data for data, _, _ in self._consume(self._decoder.decode(chunk))]
 
     def close(self) -> list[SseEvent]:
         """Flush at end of stream. An event without its terminating blank line is dropped,
@@ -78,10 +91,12 @@ class SseParser:
         """True when bytes of an unfinished line or event are buffered."""
         return bool(self._buffer or self._data)
 
-    def _consume(self, text: str) -> list[SseEvent]:
-        # One pass over whole lines with str.split and the `data:` case first: this loop
-        # runs for every chunk of every stream, so it avoids a call per line (measured:
-        # 2.3x faster than a regex scan with a method per line).
+    def _consume(self, text: str) -> list[_Raw]:
+        # This runs for every piece of every stream. The common shape, one `data: ` line per
+        # event, is taken whole: split at blank lines, and an event that is one data line
+        # costs a slice. Anything else goes line by line with str.split and the `data:`
+        # case first (no call per line: 2.3x faster than a regex scan with a method per
+        # line). `tests/client/test_sse.py` holds both to a line-by-line reference.
         if self._pending_cr and text.startswith("\n"):
             text = text[1:]  # the LF of a CRLF split across feeds
         self._pending_cr = False
@@ -89,18 +104,34 @@ class SseParser:
         if "\r" in buffer:
             self._pending_cr = buffer.endswith("\r")  # maybe the first half of a CRLF
             buffer = buffer.replace("\r\n", "\n").replace("\r", "\n")
+        if len(buffer) + self._data_chars > self._limit:  # rare: only then count per line
+            lines = buffer.split("\n")
+            self._buffer = lines.pop()
+            return self._consume_bounded(lines)
+        events: list[_Raw] = []
+        if not self._data and not self._event and "\n\n" in buffer:
+            blocks = buffer.split("\n\n")
+            buffer = blocks.pop()  # after the last blank line: lines of an event to come
+            for block in blocks:  # each ends in a blank line, so no event is left pending
+                if block.startswith("data: ") and "\n" not in block:
+                    events.append((block[6:], "message", self._id))
+                else:  # its lines, then the blank line that ended it
+                    events += self._lines([*block.split("\n"), ""])
         lines = buffer.split("\n")
         self._buffer = lines.pop()  # the unfinished last line ("" after a line end)
-        if len(buffer) + self._data_chars > self._limit:  # rare: only then count per line
-            return self._consume_bounded(lines)
-        events: list[SseEvent] = []
+        events += self._lines(lines)
+        return events
+
+    def _lines(self, lines: list[str]) -> list[_Raw]:
+        """Whole lines, in order; the events they complete."""
+        events: list[_Raw] = []
         data = self._data
         for line in lines:
             if line.startswith("data:"):
                 data.append(line[6:] if line.startswith(" ", 5) else line[5:])
             elif not line:
                 if data:
-                    events.append(SseEvent("\n".join(data), self._event or "message", self._id))
+                    events.append(("\n".join(data), self._event or "message", self._id))
                     data = []
                 self._event = ""
             elif not line.startswith(":"):
@@ -109,17 +140,15 @@ class SseParser:
         self._data_chars = sum(map(len, data)) + len(data) - 1 if data else 0
         return events
 
-    def _consume_bounded(self, lines: list[str]) -> list[SseEvent]:
+    def _consume_bounded(self, lines: list[str]) -> list[_Raw]:
         """`_consume`'s loop one line at a time, checking every length against the limit."""
-        events: list[SseEvent] = []
+        events: list[_Raw] = []
         for line in lines:
             if len(line) > self._limit:
                 self._abandon(events)
             if not line:
                 if self._data:
-                    events.append(
-                        SseEvent("\n".join(self._data), self._event or "message", self._id)
-                    )
+                    events.append(("\n".join(self._data), self._event or "message", self._id))
                     self._data, self._data_chars = [], 0
                 self._event = ""
             elif not line.startswith(":"):
@@ -133,9 +162,9 @@ class SseParser:
             self._abandon(events)
         return events
 
-    def _abandon(self, events: list[SseEvent]) -> None:
+    def _abandon(self, events: list[_Raw]) -> None:
         self._buffer, self._data, self._data_chars = "", [], 0
-        raise SseLineTooLong(self._limit, events)
+        raise SseLineTooLong(self._limit, list(map(SseEvent._make, events)))
 
     def _field(self, line: str, data: list[str]) -> None:
         field, sep, value = line.partition(":")

@@ -28,6 +28,8 @@ are `invalid_usage`; data after `[DONE]` is a `malformed_chunk`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import sub
 from typing import Any
 
 import orjson
@@ -47,7 +49,7 @@ CHUNK_USAGE = "chunk_usage"
 FINAL_USAGE = "final_usage"
 ONE_PER_CHUNK = "one_per_chunk"
 
-# What one choice chunk carried (`StreamReader._kinds`).
+# What one choice chunk carried (the last column of `StreamReader._rows`).
 _EMPTY = 0  # no text: a token that decoded to nothing, or token ids alone
 _REASONING = 1  # reasoning text only
 _ANSWER = 2  # content or a tool-call delta
@@ -106,17 +108,14 @@ class StreamResult:
 class StreamReader:
     """Feed each SSE event's data with its arrival time; call `finish()` at end of stream."""
 
-    __slots__ = ("_count_ns", "_ids", "_kinds", "_limit", "_ns", "_usage", "result")
+    __slots__ = ("_count_ns", "_limit", "_rows", "result")
 
     def __init__(self, *, max_tokens: int | None = None) -> None:
         self.result = StreamResult()
         self._limit = MAX_USAGE_TOKENS if max_tokens is None else max_tokens
-        # One entry per choice chunk, in arrival order: arrival, token_ids length and
-        # cumulative usage completion count (_NONE when the chunk had none), what it held.
-        self._ns: list[int] = []
-        self._ids: list[int] = []
-        self._usage: list[int] = []
-        self._kinds: list[int] = []
+        # One row per choice chunk, in arrival order: arrival, token_ids length, cumulative
+        # usage completion count (both _NONE when the chunk had none), what it held.
+        self._rows: list[tuple[int, int, int, int]] = []
         self._count_ns = 0  # when the completion count last grew (a usage-only chunk too)
 
     def feed(self, data: str, arrival_ns: int) -> None:
@@ -194,9 +193,17 @@ class StreamReader:
             ids_count = _NONE
         delta = choice.get("delta")
         if type(delta) is dict:
-            kind = self._delta(delta, arrival_ns)
-            if kind == _EMPTY and "role" in delta and ids_count == _NONE:
-                kind = _BARE  # the chat stream's first chunk names the role, no token
+            content = delta.get("content")
+            if type(content) is str and content and len(delta) == 1:  # an answer token
+                r.content.append(content)
+                r.text_chunks += 1
+                if r.first_answer_ns is None:
+                    r.first_answer_ns = arrival_ns
+                kind = _ANSWER
+            else:
+                kind = self._delta(delta, arrival_ns)
+                if kind == _EMPTY and "role" in delta and ids_count == _NONE:
+                    kind = _BARE  # the chat stream's first chunk names the role, no token
         else:
             text = choice.get("text")  # /v1/completions
             if type(text) is str and text:
@@ -211,10 +218,7 @@ class StreamReader:
                 kind = _BARE
         if kind == _EMPTY and finish and ids_count == _NONE:
             kind = _BARE  # a finish reason with empty text: no token unless counts say so
-        self._ns.append(arrival_ns)
-        self._ids.append(ids_count)
-        self._usage.append(usage_tokens)
-        self._kinds.append(kind)
+        self._rows.append((arrival_ns, ids_count, usage_tokens, kind))
 
     def _delta(self, delta: dict[str, Any], arrival_ns: int) -> int:
         """Keep a chat delta's text and tool calls; what the chunk held (`_EMPTY`...)."""
@@ -316,71 +320,78 @@ class StreamReader:
         if r.completion_tokens is not None and r.completion_tokens < r.text_chunks:
             self._fail(INVALID_USAGE, f"usage counts {r.completion_tokens} completion tokens "
                        f"but {r.text_chunks} chunks carried text")  # fmt: skip
-        counts, source = self._counts()
+        # Columns of the rows; the work below is C-level list operations, no Python loop
+        # per chunk in the common shapes (this runs once for every stream).
+        columns = [list(column) for column in zip(*self._rows, strict=True)]
+        ns, ids, usage, kinds = columns or [[], [], [], []]
+        counts, source = _counts(ids, usage, kinds, r.completion_tokens)
         if source == TOKEN_IDS and r.completion_tokens not in (None, sum(counts)):
             self._fail(INVALID_USAGE, f"the chunks' token_ids hold {sum(counts)} tokens but "
                        f"usage counts {r.completion_tokens}")  # fmt: skip
         if r.error_kind == INVALID_USAGE:  # not believed: one token per chunk instead
             r.cached_tokens = r.completion_tokens = None
-            counts, source = self._spread(None), ONE_PER_CHUNK
+            counts, source = _spread(kinds, None), ONE_PER_CHUNK
         r.token_source = source
-        kinds = self._kinds
-        chunk_ns, chunk_tokens, delivered = r.chunk_ns, r.chunk_tokens, []
-        for index, (arrival, count) in enumerate(zip(self._ns, counts, strict=True)):
-            if count > 0:
-                chunk_ns.append(arrival)
-                chunk_tokens.append(count)
-                delivered.append(kinds[index])
-        total = r.completion_tokens
-        if total is not None and total > sum(chunk_tokens):
-            if chunk_tokens:
-                chunk_tokens[-1] += total - sum(chunk_tokens)
+        if 0 in counts:  # keep the chunks that delivered a token
+            ns = list(compress(ns, counts))
+            kinds = list(compress(kinds, counts))
+            counts = list(filter(None, counts))
+        r.chunk_ns, r.chunk_tokens = ns, counts
+        total, counted = r.completion_tokens, sum(counts)
+        if total is not None and total > counted:
+            if counts:
+                counts[-1] += total - counted
             else:  # the server counted tokens no chunk showed: they arrived with the count
-                chunk_ns.append(self._count_ns)
-                chunk_tokens.append(total)
-                delivered.append(_EMPTY)
-        if chunk_ns:
-            r.first_token_ns = chunk_ns[0]
+                ns.append(self._count_ns)
+                counts.append(total)
+                kinds.append(_EMPTY)
+        if ns:
+            r.first_token_ns = ns[0]
         elif r.error_kind is None:
             self._fail(EMPTY_OUTPUT, "the stream carried no generated token")
-        r.reasoning_tokens = _reasoning_tokens(delivered, chunk_tokens)
+        r.reasoning_tokens = _reasoning_tokens(kinds, counts) if r.reasoning else 0
         return r
 
-    def _counts(self) -> tuple[list[int], str]:
-        """Tokens per choice chunk (0: it delivered none) and where they came from."""
-        ids = self._ids
-        if any(n != _NONE for n in ids):
-            return [max(n, 0) for n in ids], TOKEN_IDS
-        seen = [u for u in self._usage if u != _NONE]
-        if len(seen) >= 2 or (len(self._ns) == 1 and seen):
-            counted = 0
-            counts = []
-            for usage in self._usage:
-                step = usage - counted if usage > counted else 0
-                counted += step
-                counts.append(step)
-            return counts, CHUNK_USAGE
-        total = self.result.completion_tokens
-        return self._spread(total), ONE_PER_CHUNK if total is None else FINAL_USAGE
 
-    def _spread(self, total: int | None) -> list[int]:
-        """`total` tokens over the chunks that may carry them (all but `_BARE` ones), one
-        each when `total` is None; past the count, the last empty-text chunks get none."""
-        kinds = self._kinds
-        able = [i for i, kind in enumerate(kinds) if kind != _BARE]
-        if total is None:
-            total = len(able)
-        elif total < len(able):  # keep the text chunks (total >= them, checked before)
-            texts = [i for i in able if kinds[i] != _EMPTY]
-            empties = [i for i in able if kinds[i] == _EMPTY][: max(total - len(texts), 0)]
-            able = sorted(texts + empties)
-        counts = [0] * len(kinds)
-        if able:
-            base, extra = divmod(total, len(able))
-            first_extra = len(able) - extra
-            for position, index in enumerate(able):
-                counts[index] = base + (1 if position >= first_extra else 0)
-        return counts
+def _counts(
+    ids: list[int], usage: list[int], kinds: list[int], total: int | None
+) -> tuple[list[int], str]:
+    """Tokens per choice chunk (0: it delivered none) and where they came from."""
+    if ids.count(_NONE) < len(ids):
+        return (ids if min(ids) >= 0 else [max(n, 0) for n in ids]), TOKEN_IDS
+    seen = len(usage) - usage.count(_NONE)
+    if seen >= 2 or (len(usage) == 1 and seen):
+        if _NONE not in usage:  # vLLM's continuous usage: a count on every chunk
+            steps = list(map(sub, usage, [0, *usage[:-1]]))
+            if min(steps) >= 0:
+                return steps, CHUNK_USAGE
+        counted = 0
+        counts = []
+        for used in usage:
+            step = used - counted if used > counted else 0
+            counted += step
+            counts.append(step)
+        return counts, CHUNK_USAGE
+    return _spread(kinds, total), ONE_PER_CHUNK if total is None else FINAL_USAGE
+
+
+def _spread(kinds: list[int], total: int | None) -> list[int]:
+    """`total` tokens over the chunks that may carry them (all but `_BARE` ones), one each
+    when `total` is None; past the count, the last empty-text chunks get none."""
+    able = [i for i, kind in enumerate(kinds) if kind != _BARE]
+    if total is None:
+        total = len(able)
+    elif total < len(able):  # keep the text chunks (total >= them, checked before)
+        texts = [i for i in able if kinds[i] != _EMPTY]
+        empties = [i for i in able if kinds[i] == _EMPTY][: max(total - len(texts), 0)]
+        able = sorted(texts + empties)
+    counts = [0] * len(kinds)
+    if able:
+        base, extra = divmod(total, len(able))
+        first_extra = len(able) - extra
+        for position, index in enumerate(able):
+            counts[index] = base + (1 if position >= first_extra else 0)
+    return counts
 
 
 def _reasoning_tokens(kinds: list[int], tokens: list[int]) -> int:
