@@ -109,6 +109,14 @@ def test_no_url_ever_shows_its_password(scheme: str, password: str, host: str) -
     assert password not in _base_url_or_refusal(f"{scheme}ops:{password}@{host}")
 
 
+def test_a_password_with_two_slashes_in_a_url_without_scheme_is_hidden() -> None:
+    """Hypothesis found it: `ops:0000//@127.0.0.1` was masked from its `//`, so the message
+    showed `ops:0000//***@127.0.0.1`."""
+    text = _base_url_or_refusal("ops:0000//@127.0.0.1")
+    assert "0000" not in text
+    assert "***@127.0.0.1" in text
+
+
 def _base_url_or_refusal(url: str) -> str:
     """The base URL servekit would use, or the message refusing the URL."""
     try:

@@ -48,20 +48,22 @@ def redact_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-def mask_credentials(text: str) -> str:
-    """The URL as written with anything between `//` and the last `@` replaced by `***`,
-    safe to print in an error about it: it never parses the text (which may not parse) and
-    also hides a password holding an unescaped `/`."""
-    scheme, sep, rest = text.strip().partition("//")
-    if not sep:
-        scheme, rest = "", text.strip()
-    if "@" in rest:
-        rest = "***@" + rest.rpartition("@")[2]
-    return scheme + sep + rest
-
-
 _URL_START = re.compile(r"\s*(?:[A-Za-z][A-Za-z0-9+.-]*:)?//")
 """`scheme://` (any scheme), or `//` (a URL without its scheme)."""
+
+
+def mask_credentials(text: str) -> str:
+    """The URL as written with anything between `scheme://` and the last `@` replaced by
+    `***` (all before the last `@` when it starts with no `scheme://`), safe to print in an
+    error about it: it never parses the text (which may not parse) and also hides a
+    password holding an unescaped `/`, even `//` in a URL given without its scheme."""
+    stripped = text.strip()
+    start = _URL_START.match(stripped)
+    end = start.end() if start else 0
+    head, rest = stripped[:end], stripped[end:]
+    if "@" in rest:
+        rest = "***@" + rest.rpartition("@")[2]
+    return head + rest
 
 
 def has_credentials(text: str) -> bool:
