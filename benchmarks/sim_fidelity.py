@@ -8,7 +8,10 @@ The protocol, on vLLM CPU serving the engine tier's tiny model (tests/engine/tin
 2. measure each load point with `servekit bench` pinned to core 0, one run directory per point
    and round: closed loops at concurrency 1, 2, 4, 8, 16 and two open-loop Poisson rates, fixed
    lengths (INPUT_LEN in, OUTPUT_LEN out, ignore_eos);
-3. fit the step-time coefficients on concurrency 1 and 4 only, predict every point with the
+3. measure the server's core itself (benchmarks/measure_cpu_host.py: its read bandwidth and
+   best float32 matmul rate, pinned there, a few seconds) and model the engine on that core,
+   not on the catalog's `cpu-host` entry, which describes the machine the tier first ran on;
+4. fit the step-time coefficients on concurrency 1 and 4 only, predict every point with the
    fitted simulator through `servekit.sim.offline.run_point` and report predicted against
    measured, fit points and held-out points side by side, pooled over rounds with the spread.
 
@@ -28,11 +31,12 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from servekit.bench.run_points import read_runs
 from servekit.bench.store import read_records
+from servekit.hardware import lookup_gpu
 from servekit.profiles import load_profile
 from servekit.profiles.schema import Profile
 from servekit.sim.build import build_engine, profile_sim_model
@@ -46,6 +50,7 @@ from servekit.sim.calibrate import (
 )
 from servekit.sim.offline import LoadPoint, run_point
 from servekit.sim.params import AcceptanceParams, StepTimeParams
+from servekit.specs import GpuSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "engine"))
@@ -107,6 +112,31 @@ def server_extra(variant: str, target: Path) -> list[str]:
     return list(SERVER_FLAGS)
 
 
+def measure_host(core: int, repeats: int = 5) -> dict[str, object]:
+    """benchmarks/measure_cpu_host.py's figures of `core`, run pinned there with one thread
+    (as vLLM CPU's worker runs), as its --json object."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    script = ROOT / "benchmarks" / "measure_cpu_host.py"
+    cmd = [TASKSET, "-c", str(core), sys.executable, str(script), "--repeats", str(repeats),
+           "--json"]  # fmt: skip
+    done = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
+    host: dict[str, object] = json.loads(done.stdout)
+    return host
+
+
+def host_gpu(profile: Profile, host: dict[str, object]) -> GpuSpec:
+    """The profile's catalog entry with the measured core's figures: bandwidth the best read
+    rate, compute the best float32 matmul rate (the core's attainable dense peak; the
+    catalog's field is named for bf16 because GPUs are, the tier serves float32)."""
+    entry = lookup_gpu(profile.hardware.gpu)
+    read, matmul = host["read_gb_s"], host["matmul_gflop_s"]
+    assert isinstance(read, float)
+    assert isinstance(matmul, float)
+    where = f"{host.get('cpu_model') or 'this host'} core {host.get('affinity')}"
+    source = f"measured on {where} by benchmarks/measure_cpu_host.py"
+    return replace(entry, hbm_gb_s=read, bf16_dense_tflops=matmul / 1e3, sources=(source,))
+
+
 def bench_point(url: str, point: Point, out: Path, seed: int, nice: int = 0) -> dict[str, object]:
     """Run servekit bench for one point into `out` (pinned to the client core)."""
     cmd = [
@@ -128,6 +158,7 @@ def collect(out: Path, variant: str, rounds: int, labels: list[str] | None, nice
     that niceness: on a machine shared with other jobs, they then lose their cores less.
     """
     target = build_model("target")
+    host = measure_host(SERVER_CORE)
     server = start_vllm(f"fidelity-{variant}", target, server_extra(variant, target),
                         core=SERVER_CORE)  # fmt: skip
     if nice:
@@ -137,7 +168,8 @@ def collect(out: Path, variant: str, rounds: int, labels: list[str] | None, nice
     try:
         meta = {"variant": variant, "model_dir": str(target), "start_s": server.start_s,
                 "input_len": INPUT_LEN, "output_len": OUTPUT_LEN, "warmup": WARMUP,
-                "server_flags": server_extra(variant, target), "nice": nice}  # fmt: skip
+                "server_flags": server_extra(variant, target), "nice": nice,
+                "host": host}  # fmt: skip
         (base / "server.json").write_text(json.dumps(meta, indent=2) + "\n")
         for r in range(rounds):
             for point in POINTS[variant]:
@@ -171,11 +203,11 @@ def run_dirs(base: Path, label: str) -> list[Path]:
     return sorted(done, key=lambda d: int(d.name[1:]))
 
 
-def kv_blocks(profile: Profile) -> int:
+def kv_blocks(profile: Profile, gpu: GpuSpec) -> int:
     """The KV pool vLLM CPU allocates: VLLM_CPU_KVCACHE_SPACE bytes in blocks of the profile's
     size (the planner sizes a GPU pool from device memory; on CPU the pool is this fixed
     space: 262,144 tokens in the server's log for the tiny model)."""
-    model = profile_sim_model(profile)
+    model = profile_sim_model(profile, gpu=gpu)
     per_token = model.kv_bytes_per_token * FLOAT32_OVER_PLANNED
     return int(KV_CACHE_BYTES // (model.block_size * per_token))
 
@@ -185,18 +217,22 @@ class Fitted:
     """The calibration of one variant: the simulator's coefficients and acceptance."""
 
     profile: Profile
+    gpu: GpuSpec
     step: StepTimeParams
     acceptance: AcceptanceParams | None
     calibration: Calibration
 
 
-def fit(variant: str, base: Path, labels: tuple[str, ...] = TRAIN) -> Fitted:
+def fit(
+    variant: str, base: Path, host: dict[str, object], labels: tuple[str, ...] = TRAIN
+) -> Fitted:
     """Calibrate the variant's profile on every round of the training points (step-level fit,
-    servekit.sim.calibrate)."""
+    servekit.sim.calibrate), on the core as `host` measured it (`measure_host`)."""
     profile = load_profile(str(PROFILE[variant]), extra_dirs=[PROFILES])
+    gpu = host_gpu(profile, host)
     training, _ = read_runs([d for label in labels for d in run_dirs(base, label)])
-    cal = calibrate(profile, training)
-    return Fitted(profile, cal.steps.params, acceptance_params(cal.acceptance), cal)
+    cal = calibrate(profile, training, gpu=gpu)
+    return Fitted(profile, gpu, cal.steps.params, acceptance_params(cal.acceptance), cal)
 
 
 def predict(fitted: Fitted, point: Point, input_len: int) -> Figures:
@@ -205,11 +241,12 @@ def predict(fitted: Fitted, point: Point, input_len: int) -> Figures:
     load = LoadPoint(point.label, point.requests, input_len, OUTPUT_LEN,
                      concurrency=point.concurrency, rate_rps=point.rate_rps)  # fmt: skip
     seeds = range(SIM_SEEDS if point.rate_rps is not None else 1)
-    blocks = kv_blocks(fitted.profile)
+    blocks = kv_blocks(fitted.profile, fitted.gpu)
     runs = []
     for seed in seeds:
         engine = build_engine(fitted.profile, seed=seed, num_gpu_blocks=blocks,
-                              step_params=fitted.step, acceptance=fitted.acceptance)  # fmt: skip
+                              step_params=fitted.step, acceptance=fitted.acceptance,
+                              gpu=fitted.gpu)  # fmt: skip
         runs.append(figures(run_point(engine, load, random.Random(seed)).records))
     return Figures(*(statistics.fmean(getattr(r, k) for r in runs) for k in FIGURES))
 
@@ -242,11 +279,11 @@ class Row:
 
 
 def compare(
-    variant: str, base: Path, points: tuple[Point, ...] | None = None
+    variant: str, base: Path, host: dict[str, object], points: tuple[Point, ...] | None = None
 ) -> tuple[Fitted, list[Row]]:
     """Fit on TRAIN and predict every measured point of the variant (`points`: the points as
-    measured, by default the variant's POINTS)."""
-    fitted = fit(variant, base)
+    measured, by default the variant's POINTS) on the core `host` measured."""
+    fitted = fit(variant, base, host)
     rows = []
     for point in points or POINTS[variant]:
         dirs = run_dirs(base, point.label)
@@ -261,8 +298,14 @@ def compare(
 
 def report(out: Path, variant: str) -> None:
     """Fit on the training points and print predicted against measured for every point."""
-    fitted, rows = compare(variant, out / variant)
+    meta = json.loads((out / variant / "server.json").read_text())
+    if "host" not in meta:
+        raise SystemExit(f"{out / variant / 'server.json'} has no measured host (collected "
+                         "before the host was measured): collect again")  # fmt: skip
+    fitted, rows = compare(variant, out / variant, meta["host"])
     steps = fitted.calibration.steps
+    print(f"host: {meta['host'].get('cpu_model')}, read {fitted.gpu.hbm_gb_s:.2f} GB/s, "
+          f"matmul {fitted.gpu.bf16_dense_tflops * 1e3:.1f} GFLOP/s")  # fmt: skip
     print(f"## {variant}: fitted on {', '.join(TRAIN)} ({steps.observations} step intervals, "
           f"{steps.outliers} dropped as pauses, rms {steps.rms_ms:.2f} ms)")  # fmt: skip
     for e in steps.estimates:

@@ -4,7 +4,9 @@ was not fitted to (issue #16 must-show; protocol: benchmarks/sim_fidelity.py).
 vLLM CPU serves the tier's tiny target pinned to core 1 with prefix caching off, plain and
 with draft-model speculation (the target as its own draft, k=3); `servekit bench` on core 0
 measures closed loops at concurrency 1, 2, 4, 8, 16 and Poisson open loops at 3 and 6
-requests/s, ROUNDS rounds each. `servekit.sim.calibrate` fits the step coefficients (and the
+requests/s, ROUNDS rounds each. The server's core is measured first (`measure_host`: its read
+bandwidth and float32 matmul rate) and the simulator models that core, not the catalog's
+`cpu-host` entry of another machine. `servekit.sim.calibrate` fits the step coefficients (and the
 acceptance) to the engine steps of the concurrency-1 and -4 rounds only; every point is then
 simulated offline (`sim.offline.run_point`, the profile's planner -> SimModel -> engine path)
 and its figures are pooled over rounds. Asserted: the fit points come back within the
@@ -31,7 +33,16 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 sys.path.insert(0, str(Path(__file__).parent))
-from sim_fidelity import FIGURES, POINTS, SERVER_FLAGS, TRAIN, Row, bench_point, compare
+from sim_fidelity import (
+    FIGURES,
+    POINTS,
+    SERVER_FLAGS,
+    TRAIN,
+    Row,
+    bench_point,
+    compare,
+    measure_host,
+)
 
 from conftest import SERVER_CORE, VllmServer, _serve, spec_config
 
@@ -54,14 +65,15 @@ def vllm_fidelity_spec(target_model: Path) -> Iterator[VllmServer]:
                       core=SERVER_CORE)  # fmt: skip
 
 
-def _measure(server: VllmServer, variant: str, out: Path) -> list[Row]:
+def _measure(server: VllmServer, variant: str, out: Path) -> tuple[dict[str, Any], list[Row]]:
     points = tuple(replace(p, requests=max(MIN_REQUESTS, round(p.requests * SCALE)))
                    for p in POINTS[variant])  # fmt: skip
+    host = measure_host(SERVER_CORE)  # the server's core, idle between its requests
     for r in range(ROUNDS):
         for point in points:
             bench_point(server.url, point, out / variant / point.label / f"r{r}", r)
-    _, rows = compare(variant, out / variant, points)
-    return rows
+    _, rows = compare(variant, out / variant, host, points)
+    return host, rows
 
 
 def _failures(rows: list[Row], *, held_out: bool) -> list[str]:
@@ -81,9 +93,9 @@ def _failures(rows: list[Row], *, held_out: bool) -> list[str]:
     return bad
 
 
-def _save(variant: str, rows: list[Row]) -> None:
+def _save(variant: str, host: dict[str, Any], rows: list[Row]) -> None:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    doc: dict[str, Any] = {
+    doc: dict[str, Any] = {"host": host} | {
         row.point.label: {"held_out": row.held_out, "errors": {k: row.error(k) for k in FIGURES}}
         for row in rows
     }
@@ -111,13 +123,13 @@ def _check(rows: list[Row]) -> None:
 def test_held_out_points_without_speculation(vllm_measured: VllmServer, tmp_path: Path) -> None:
     """Fitted on c=1 and c=4 only (no speculative decoding): the simulator reproduces its
     fit points; c=2, 8, 16 and both rates are compared with the issue's bounds (saved)."""
-    rows = _measure(vllm_measured, "plain", tmp_path)
-    _save("plain", rows)
+    host, rows = _measure(vllm_measured, "plain", tmp_path)
+    _save("plain", host, rows)
     _check(rows)
 
 
 def test_held_out_points_with_speculation(vllm_fidelity_spec: VllmServer, tmp_path: Path) -> None:
     """The same with draft-model speculation (the target as its own draft, k=3)."""
-    rows = _measure(vllm_fidelity_spec, "spec", tmp_path)
-    _save("spec", rows)
+    host, rows = _measure(vllm_fidelity_spec, "spec", tmp_path)
+    _save("spec", host, rows)
     _check(rows)

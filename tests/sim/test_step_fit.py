@@ -123,3 +123,30 @@ def test_realizations_average_the_open_loop_draws(tmp_path: Path) -> None:
         draws = [s["predicted"][name] for s in singles]
         assert value == pytest.approx(sum(draws) / 3, rel=1e-4, abs=1e-5)
     assert len({s["predicted"]["ttft_mean_ms"] for s in singles}) == 3  # the draws differ
+
+
+def test_calibrate_models_the_hardware_it_is_given(tmp_path: Path) -> None:
+    """`calibrate(gpu=...)` prices steps on the hardware given, not the catalog entry: runs
+    simulated on the catalog GPU, fitted as if measured on one with 0.8x the bandwidth,
+    come back with the same predictions and 1.25x the bandwidth efficiency (the product is
+    what the steps measured)."""
+    from dataclasses import replace
+
+    from servekit.bench.run_points import read_runs
+    from servekit.hardware import lookup_gpu
+    from servekit.sim.calibrate import calibrate
+
+    sim_run(tmp_path / "train", "--concurrency", "1,4")
+    profile = load_profile(PROFILE)
+    training, _ = read_runs([tmp_path / "train"])
+    catalog = lookup_gpu(profile.hardware.gpu)
+    slower = replace(catalog, hbm_gb_s=0.8 * catalog.hbm_gb_s)
+    on_catalog = calibrate(profile, training)
+    on_slower = calibrate(profile, training, gpu=slower)
+    for fit in (on_catalog, on_slower):
+        for check in fit.checks:
+            assert abs(check.error("latency_mean_s")) < 1e-3
+    value = {e.name: e for e in on_catalog.steps.estimates}["hbm_efficiency"]
+    scaled = {e.name: e for e in on_slower.steps.estimates}["hbm_efficiency"]
+    assert value.determined, value
+    assert scaled.value == pytest.approx(value.value / 0.8, rel=1e-3)

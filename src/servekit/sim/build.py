@@ -11,6 +11,7 @@ from servekit.sim.dynamic_sd import dynamic_sd_lookup
 from servekit.sim.engine import Engine, EngineLimits
 from servekit.sim.model import SimModel, sim_model
 from servekit.sim.params import AcceptanceParams, StepTimeParams
+from servekit.specs import GpuSpec
 
 # Roofline defaults for a profile without a calibrated `simulator:` section: a fixed step
 # cost of a few milliseconds (scheduling, sampling, kernel floors) and typical achieved
@@ -50,9 +51,15 @@ def profile_acceptance(profile: Profile) -> AcceptanceParams:
     )
 
 
-def profile_sim_model(profile: Profile, *, num_gpu_blocks: int | None = None) -> SimModel:
-    """The simulator's facts for a profile, KV pool sized by servekit's planner."""
-    plan = make_plan(plan_inputs(profile, lookup_gpu(profile.hardware.gpu)))
+def profile_sim_model(
+    profile: Profile, *, num_gpu_blocks: int | None = None, gpu: GpuSpec | None = None
+) -> SimModel:
+    """The simulator's facts for a profile, KV pool sized by servekit's planner.
+
+    `gpu`: the hardware as measured, instead of the catalog entry the profile names (a
+    CPU host's core, whose bandwidth and matmul rate depend on the machine it is).
+    """
+    plan = make_plan(plan_inputs(profile, gpu or lookup_gpu(profile.hardware.gpu)))
     return sim_model(plan, num_gpu_blocks=num_gpu_blocks)
 
 
@@ -63,8 +70,9 @@ def build_engine(
     num_gpu_blocks: int | None = None,
     step_params: StepTimeParams | None = None,
     acceptance: AcceptanceParams | None = None,
+    gpu: GpuSpec | None = None,
 ) -> Engine:
-    """Return a fresh simulated engine for a profile.
+    """Return a fresh simulated engine for a profile (`gpu`: as in `profile_sim_model`).
 
     The engine follows the profile's scheduler settings as vLLM V1 does: dynamic speculative
     decoding from `speculative_config.num_speculative_tokens_per_batch_size` (ignored with
@@ -94,7 +102,7 @@ def build_engine(
         enable_chunked_prefill=args.enable_chunked_prefill is not False,
     )
     return Engine(
-        profile_sim_model(profile, num_gpu_blocks=num_gpu_blocks),
+        profile_sim_model(profile, num_gpu_blocks=num_gpu_blocks, gpu=gpu),
         limits,
         step_params or profile_step_params(profile),
         (acceptance or profile_acceptance(profile)) if k else None,

@@ -27,6 +27,7 @@ from servekit.sim.fit_coefficients import StepFit, fit_step_coefficients, observ
 from servekit.sim.fit_steps import Reconstruction, reconstruct_steps, running_at
 from servekit.sim.offline import LoadPoint, run_point
 from servekit.sim.params import AcceptanceParams
+from servekit.specs import GpuSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +151,7 @@ def calibrate(
     realizations: int = 1,
     gap_ns: int | None = None,
     profile_of: Callable[[RunPoint], Profile] | None = None,
+    gpu: GpuSpec | None = None,
 ) -> Calibration:
     """Fit the simulator to `training` and predict every point.
 
@@ -167,6 +169,8 @@ def calibrate(
             figures are their means (an open loop's arrivals, and speculation's acceptance,
             are random: one draw is one realization of the measured point's process).
         gap_ns: cluster gap of the step reconstruction (default: from each point's chunks).
+        gpu: the hardware every point ran on, as measured, instead of the catalog entry the
+            profiles name (`profile_sim_model`).
 
     Raises:
         SimulationError: a point has no usable records, or nothing to fit.
@@ -201,7 +205,7 @@ def calibrate(
             gap_ns=gap_ns,
         )
         rebuilt.append((point.label, rec))
-        obs += observations(rec.intervals, profile_sim_model(measured))
+        obs += observations(rec.intervals, profile_sim_model(measured, gpu=gpu))
     steps = fit_step_coefficients(obs, profile_step_params(profile))
     accept = None
     if speculating:
@@ -217,7 +221,7 @@ def calibrate(
             for draw in range(seed, seed + realizations):
                 engine = build_engine(
                     deployment(point), seed=draw, step_params=steps.params,
-                    acceptance=acceptance_params(accept),
+                    acceptance=acceptance_params(accept), gpu=gpu,
                 )  # fmt: skip
                 simulated.append(
                     figures(run_point(engine, _load_point(point), random.Random(draw)).records)
