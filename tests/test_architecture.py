@@ -5,10 +5,10 @@ or `(shell ...)`. Core modules import no I/O, network, UI or clock library, open
 (servekit's own package data, read through `importlib.resources.files`, is part of the
 program) and use no global RNG; views may use rich but do no I/O either; only core modules
 may be imported by core modules. Imports between packages point down the layer order
-below (DESIGN.md section 3, with the data flow made explicit: values, then the pure models,
-then the one HTTP seam, then the shells that use them, then the views and the CLI), and no
-two modules import each other, directly or through others (every import counts, also inside
-functions and TYPE_CHECKING).
+below (docs/adr/0008-layers-and-module-markers.md, with the data flow made explicit:
+values, then the pure models, then the one HTTP seam, then the shells that use them, then
+the views and the CLI), and no two modules import each other, directly or through others
+(every import counts, also inside functions and TYPE_CHECKING).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Per-request records (core values + JSONL edge): what every load test and simulation writes.
 
 One `RequestRecord` per request, one JSON line each, appended and flushed as the request
-ends so a killed run loses nothing (DESIGN.md section 4). Times are integer nanoseconds on
+ends so a killed run loses nothing (docs/schemas/README.md). Times are integer nanoseconds on
 one monotonic clock; a simulated run uses its virtual clock.
 """
 

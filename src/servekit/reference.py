@@ -2,8 +2,8 @@
 
 MiniMax-M3-MXFP8 with EAGLE3 on one node of 8x A800 (profile `minimax-m3-mxfp8-8xa800`),
 input 1024 / output 128 tokens at temperature 0.7, as the deployment reported them in
-`shared/reference/seed.json`; `tests/sim/test_calibration.py` checks this copy against that
-file when it is beside the checkout. The demo, the calibration tests and
+its seed file (kept as `benchmarks/corpus/seed.json`); `tests/sim/test_calibration.py`
+checks this copy against that file. The demo, the calibration tests and
 `scripts/calibrate_sim.py` all read the figures from here.
 
 The profile's simulator coefficients are fitted to part of the table only

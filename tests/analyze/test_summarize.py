@@ -1,4 +1,4 @@
-"""Known answers for the metric definitions of DESIGN.md section 5."""
+"""Known answers for the metric definitions of docs/metrics.md."""
 
 from __future__ import annotations
 
@@ -108,7 +108,7 @@ def test_goodput_counts_requests_meeting_every_slo() -> None:
 
 
 def reference_samples(ok: list[RequestRecord]) -> dict[str, list[float]]:
-    """The definitions of DESIGN.md section 5 written as a plain loop over records and chunks."""
+    """The definitions of docs/metrics.md written as a plain loop over records and chunks."""
     out: dict[str, list[float]] = {k: [] for k in ("latency", "ttft", "ttfo", "itl", "gap", "tpot")}
     for r in ok:
         out["latency"].append((r.end_ns - r.sent_ns) / 1e9)

@@ -29,7 +29,8 @@ def server(start_server: Callable[..., tuple[object, str]]) -> str:
 
 
 def test_bench_closed_loop_sweep(server: str, tmp_path: Path) -> None:
-    """A sweep writes exact records, a DESIGN.md summary and server counters per point."""
+    """A sweep writes exact records, a summary.json as docs/schemas/README.md defines it, and
+    server counters per point."""
     result = CliRunner().invoke(cli, [
         "bench", "--url", server, "--concurrency", "1,4", "--requests-per-point", "8",
         "--warmup", "1", "--input-len", "64", "--output-len", "24", "--temperature", "0.7",

@@ -17,7 +17,8 @@ def run(*args: str) -> tuple[int, str, str]:
 
 
 def test_sim_run_writes_records_and_summary(tmp_path: Path) -> None:
-    """sim run --out writes one record per request and a summary.json per DESIGN.md."""
+    """sim run --out writes one record per request and a summary.json valid against
+    docs/schemas/summary.schema.json."""
     code, out, err = run(
         "sim", "run", "--profile", "llama-3.1-70b-4xh100", "--concurrency", "1,4",
         "--requests-per-point", "8", "--input-len", "128", "--output-len", "16",

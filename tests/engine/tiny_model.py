@@ -1,5 +1,6 @@
 """Build a tiny Llama-shaped model that speaks MiniMax-M3's reasoning and tool-call syntax
-(run as a script by the engine tier's fixtures; see docs/adr/0005-tiny-models.md).
+(run as a script by the engine tier's fixtures; see
+docs/adr/0005-tiny-trained-models-for-the-engine-tier.md).
 
 Usage: python tiny_model.py OUT_DIR --kind target|draft-rand|cjk-rand
 

@@ -16,7 +16,7 @@ Build = Callable[..., PlanInputs]
 
 
 def test_json_contract_keys(inputs_for: Build) -> None:
-    """plan --json carries every key DESIGN.md section 4 promises."""
+    """plan --json carries every key docs/schemas/README.md promises."""
     doc = plan_to_json(make_plan(inputs_for("minimax-m3-mxfp8-8xa800"))).as_json()
     assert set(doc["per_gpu"]) == {  # type: ignore[arg-type]
         "capacity_gib",

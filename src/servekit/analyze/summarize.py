@@ -1,4 +1,4 @@
-"""Per-point metrics exactly as DESIGN.md section 5 defines them (core).
+"""Per-point metrics exactly as docs/metrics.md defines them (core).
 
 - TTFT: first chunk with any generated token - t0; TTFO: first answer token - t0.
 - ITL: a chunk of k tokens arriving dt after the previous chunk gives k samples of dt/k;
@@ -261,7 +261,7 @@ class Slo:
 
 @dataclass(frozen=True, slots=True)
 class Samples:
-    """The per-request and per-token samples of successful requests (DESIGN.md section 5)."""
+    """The per-request and per-token samples of successful requests (docs/metrics.md)."""
 
     latency_s: list[float]
     from_schedule_s: list[float]
@@ -390,7 +390,7 @@ def point_to_json(
     server: ServerBlock | None = None,
     client: ClientBlock | None = None,
 ) -> SummaryPoint:
-    """Return one entry of summary.json's `points` (DESIGN.md section 4)."""
+    """Return one entry of summary.json's `points` (docs/schemas/README.md)."""
     return SummaryPoint(
         concurrency=concurrency,
         rate_rps=rate_rps,
@@ -427,7 +427,7 @@ def summary_document(
     workload: Workload,
     points: list[SummaryPoint],
 ) -> Summary:
-    """Return the whole summary.json document of a run (DESIGN.md section 4)."""
+    """Return the whole summary.json document of a run (docs/schemas/README.md)."""
     return Summary(
         schema_version=SUMMARY_VERSION,
         servekit_version=servekit_version,

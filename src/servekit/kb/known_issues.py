@@ -2,8 +2,9 @@
 
 An entry matches a log when one of its log patterns finds a line, and matches a deployment
 when the engine version, the GPU compute capability and the model fit its ranges (an empty
-range matches anything). Matching is by evidence, not by version alone: DESIGN.md 6.4 says
-the M3 top-k bug's first fixed release is disputed, so the concurrency ladder proves a fix.
+range matches anything). Matching is by evidence, not by version alone: the M3 top-k bug's
+first fixed release is disputed (docs/engine-facts.md section 5), so the concurrency ladder
+proves a fix.
 """
 
 from __future__ import annotations

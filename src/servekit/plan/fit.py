@@ -319,7 +319,7 @@ def misfit_parts(plan: MemoryPlan) -> tuple[str, str]:
 
 
 def plan_to_json(plan: MemoryPlan) -> PlanDocument:
-    """Return the stable `plan --json` document (DESIGN.md section 4), figures per GPU in GiB."""
+    """Return the stable `plan --json` document (docs/schemas/README.md), figures per GPU in GiB."""
     w = plan.weights
     a = plan.activations
     g = plan.graphs

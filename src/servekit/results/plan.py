@@ -121,7 +121,7 @@ class CheckpointBlock(Document):
 
 
 class PlanDocument(Document):
-    """The `plan --json` document (DESIGN.md section 4)."""
+    """The `plan --json` document (docs/schemas/README.md)."""
 
     schema_version: Literal[1]
     profile: str

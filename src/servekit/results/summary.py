@@ -1,6 +1,6 @@
 """summary.json of a bench or sim run as one typed model (core), and its versioned loader.
 
-Both `servekit bench` and `servekit sim run` build a `Summary` (DESIGN.md section 4); compare,
+Both `servekit bench` and `servekit sim run` build a `Summary` (docs/schemas/README.md); compare,
 report and the time-scale conversion read its fields. `load_summary` is the one way a
 summary read from a file becomes a `Summary`: it checks `schema_version` first.
 """
@@ -267,7 +267,7 @@ class Workload(Document):
 
 
 class Summary(Document):
-    """summary.json: one bench or sim run (DESIGN.md section 4)."""
+    """summary.json: one bench or sim run (docs/schemas/README.md)."""
 
     schema_version: Literal[1]
     servekit_version: str

@@ -30,7 +30,7 @@ class ValidateTarget(Document):
 
 
 class ValidateDocument(Document):
-    """validate.json: passed when no check failed (DESIGN.md section 4)."""
+    """validate.json: passed when no check failed (docs/schemas/README.md)."""
 
     schema_version: Literal[1]
     passed: bool

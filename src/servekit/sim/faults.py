@@ -1,6 +1,7 @@
 """Injected faults of the live simulator (core): parse fault values into one value.
 
-Each fault reproduces a failure servekit must detect on a real deployment (DESIGN.md §1):
+Each fault reproduces a failure servekit must detect on a real deployment
+(docs/engine-facts.md section 1):
 
 - `crash-at-concurrency=N`: the engine dies with an illegal memory access when a step
   batches N or more requests (streams cut, 500s, /health 503).

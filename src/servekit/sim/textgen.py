@@ -34,7 +34,7 @@ ID_SPACE = 1 << 31
 # MiniMax-M3's thinking and tool-call namespace markers: they must never reach clients.
 MARKERS = ("<mm:think>", "</mm:think>", "]<]minimax[>[")
 # What a corrupted request streams per token: NUL bytes and replacement characters,
-# the "silent garbage" face of the top-k layout bug (DESIGN.md §1).
+# the "silent garbage" face of the top-k layout bug (docs/engine-facts.md section 1).
 GARBAGE_PIECE = "\x00\ufffd\ufffd"
 # Share of max_tokens spent thinking when thinking is enabled.
 REASONING_SHARE = 0.25

@@ -14,7 +14,7 @@ from typing import Any
 import jsonschema
 
 # Markers that must never reach `content`: MiniMax-M3's thinking and tool-call namespace
-# (DESIGN.md 6.4) and the common `<think>` / `<tool_call>` tags of other parsers.
+# (docs/engine-facts.md section 5) and the common `<think>` / `<tool_call>` tags of other parsers.
 REASONING_MARKERS = ("<mm:think>", "</mm:think>", "<think>", "</think>")
 TOOL_MARKERS = ("]<]minimax[>[", "<tool_call>", "</tool_call>")
 REPLACEMENT_RUN = "\ufffd\ufffd"

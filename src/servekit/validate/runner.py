@@ -63,7 +63,7 @@ class CheckResult:
     data: dict[str, Any] = field(default_factory=dict)
 
     def to_block(self) -> CheckBlock:
-        """The DESIGN.md section 4 shape (plus `data` when there is any)."""
+        """One check as validate.json holds it (plus `data` when there is any)."""
         values: dict[str, object] = {
             "name": self.name,
             "status": self.status,
@@ -166,7 +166,7 @@ def _redacted(result: CheckResult, redactor: Redactor) -> CheckResult:
 def validate_document(
     results: list[CheckResult], spec: ValidateSpec, *, url: str | None = None
 ) -> ValidateDocument:
-    """validate.json: passed when no check failed (DESIGN.md section 4); `url` replaces the
+    """validate.json: passed when no check failed (docs/schemas/README.md); `url` replaces the
     spec's base URL in it (to write it without credentials)."""
     return ValidateDocument(
         schema_version=VALIDATE_VERSION,
