@@ -28,6 +28,7 @@ from servekit.bench.scrape import Snapshot, scrape, server_block
 from servekit.bench.sessions import SessionPoints
 from servekit.bench.spec import BenchSpec, Planned, PointOutcome, PointSpec
 from servekit.bench.store import RecordWriter
+from servekit.bench.turns import Turns
 from servekit.client.endpoint import Endpoint, open_endpoint
 from servekit.client.http import TimedStream
 from servekit.client.transport import Transport
@@ -285,10 +286,15 @@ async def send_share(
     emit: Emit,
 ) -> ClientLoad:
     """Send one process's share of a point; `emit(index, record)` as each request ends."""
+    turns = Turns()
 
     async def send(index: int, scheduled_ns: int) -> None:
+        if share.open_loop:
+            await turns.turn()  # a burst of arrivals launches one per iteration too
         timed = await endpoint.stream(path, bodies[index], timeout_s=spec.timeout_s)
-        await asyncio.sleep(0)  # let other streams stamp their bytes before this bookkeeping
+        # One request's record and its successor's launch per loop iteration: streams whose
+        # bytes arrived meanwhile stamp them first (see bench/turns.py).
+        await turns.turn()
         emit(index, to_record(f"{label}-{index}", label, scheduled_ns, timed))
 
     return await drive_share(share, take, send)

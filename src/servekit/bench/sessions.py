@@ -43,6 +43,7 @@ from referencing.exceptions import Unresolvable
 
 from servekit.bench.sizing import sized_prompts
 from servekit.bench.spec import BenchSpec
+from servekit.bench.turns import Turns
 from servekit.client.endpoint import Endpoint
 from servekit.client.http import TimedStream
 from servekit.client.stream import StreamResult, ToolCall
@@ -178,6 +179,7 @@ class SessionPoints:
         self.scripts: list[SessionScript] = []  # by position in the sweep
         self.ids: list[str] = []
         self.handed = 0  # sessions handed to points so far
+        self.turns = Turns()  # one request's bookkeeping per loop iteration
 
     async def prepare(self, rng: random.Random, points: int) -> str:
         """Make the sessions of `points` points, sizing every synthetic turn's text; return
@@ -264,7 +266,7 @@ class SessionPoints:
                     await asyncio.sleep(wait_s)
                 body = self._body(messages, script.output_lens[k])
                 timed = await self.endpoint.stream(self.path, body, timeout_s=self.spec.timeout_s)
-                await asyncio.sleep(0)  # let other streams stamp their bytes first
+                await self.turns.turn()  # let other streams stamp their bytes first
                 sent += 1
                 result = timed.result
                 calls = [result.tool_calls[i] for i in sorted(result.tool_calls)]
