@@ -353,3 +353,16 @@ def test_checker_finds_each_broken_rule(tmp_path: Path) -> None:
         assert line in found, line
     assert "servekit.report.view (view) imports rich" not in found
     assert len(found) == len(expected), found
+
+
+def documented_layers(text: str) -> tuple[frozenset[str], ...]:
+    """The numbered layer list of docs/architecture.md's "## Layers" section: each item's
+    backticked package names before its first colon."""
+    section = text.split("\n## Layers\n", 1)[1].split("\n## ", 1)[0]
+    items = re.findall(r"^\d+\. (.+(?:\n {3}.+)*)", section, flags=re.MULTILINE)
+    return tuple(frozenset(re.findall(r"`([^`]+)`", item.split(":", 1)[0])) for item in items)
+
+
+def test_the_architecture_page_lists_the_layers_this_test_checks() -> None:
+    page = SRC.parents[1] / "docs" / "architecture.md"
+    assert documented_layers(page.read_text(encoding="utf-8")) == LAYERS
