@@ -20,12 +20,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from servekit.analyze.slo import parse_slo
 from servekit.profiles import load_profile
 from servekit.sim.build import profile_step_params
 from servekit.tune.evaluate import SimModel, Simulator
 from servekit.tune.run import TuneSpec, run_tune
 from servekit.tune.search import candidates
-from servekit.tune.slo import parse_slo
 from servekit.tune.space import default_space
 from servekit.tune.workload import TuneWorkload
 

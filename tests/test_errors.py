@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from servekit.analyze.summarize import parse_slo
+from servekit.analyze.slo import parse_slo
 from servekit.cli.main import cli
 from servekit.errors import UsageError
 
@@ -114,9 +114,10 @@ def test_failed_checks_shown_by_the_command_add_only_the_exit_code() -> None:
 
 def test_a_flag_is_named_by_the_cli_and_not_by_the_core_parser() -> None:
     """parse_slo names the value; `bench --slo` names the flag in the same message."""
-    with pytest.raises(UsageError, match=r"^SLO 'ttft_ms=0': ttft_ms must be positive"):
-        parse_slo("ttft_ms=0")
+    message = "'ttft_p99<=0ms': 'ttft_p99<=0ms': the bound must be positive"
+    with pytest.raises(UsageError, match=f"^SLO {message}"):
+        parse_slo("ttft_p99<=0ms")
     args = ["bench", "--url", "http://127.0.0.1:9", "--concurrency", "1", "--out", "x"]
-    result = CliRunner().invoke(cli, [*args, "--slo", "ttft_ms=0"])
+    result = CliRunner().invoke(cli, [*args, "--slo", "ttft_p99<=0ms"])
     assert result.exit_code == 2
-    assert result.stderr.startswith("servekit: error: --slo 'ttft_ms=0': ttft_ms must be positive")
+    assert result.stderr.startswith(f"servekit: error: --slo {message}")

@@ -94,6 +94,35 @@ class RequestRecord:
         """True when the request succeeded."""
         return self.error_kind is None
 
+    # The per-request figures of docs/metrics.md, defined once. (The analysis computes
+    # them over arrays of many records; a test checks both give the same values.)
+    @property
+    def ttft_ms(self) -> float | None:
+        """Time to first token (ms): from t0 to the first chunk that carried a token."""
+        if self.first_token_ns is None:
+            return None
+        return (self.first_token_ns - self.sent_ns) / 1e6
+
+    @property
+    def ttfo_ms(self) -> float | None:
+        """Time to first output (ms): to the first content or tool-call token."""
+        if self.first_answer_ns is None:
+            return None
+        return (self.first_answer_ns - self.sent_ns) / 1e6
+
+    @property
+    def tpot_ms(self) -> float | None:
+        """Time per output token after the first (ms): the first to the last delivery over
+        output_tokens - 1; None for an answer of one token or one delivery."""
+        if self.output_tokens <= 1 or len(self.chunk_ns) <= 1:
+            return None
+        return (self.chunk_ns[-1] - self.chunk_ns[0]) / 1e6 / (self.output_tokens - 1)
+
+    @property
+    def e2e_s(self) -> float:
+        """End-to-end latency (s): from t0 to the end of the response."""
+        return (self.end_ns - self.sent_ns) / 1e9
+
     def to_json_line(self) -> str:
         """Return the record as one JSON line (no trailing newline)."""
         # A shallow dict: every field is a scalar or a tuple of ints, which JSON writes as a

@@ -105,7 +105,7 @@ def test_bench_writes_tables_and_goodput(server: str, tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, [
         "bench", "--url", server, "--concurrency", "2", "--requests-per-point", "6",
         "--warmup", "0", "--input-len", "32", "--output-len", "16",
-        "--slo", "ttft_ms=100000,e2e_s=1000", "--out", str(tmp_path), "--json",
+        "--slo", "ttft_p99<=100s,e2e_p99<=1000s", "--out", str(tmp_path), "--json",
     ])  # fmt: skip
     assert result.exit_code == 0, result.stderr
     point = json.loads(result.stdout)["points"][0]
@@ -124,7 +124,22 @@ def test_bench_bad_slo_is_usage_error(tmp_path: Path) -> None:
         "--out", str(tmp_path),
     ])  # fmt: skip
     assert result.exit_code == 2
-    assert "'ttft=5' is not one of ttft_ms=, tpot_ms=, e2e_s=" in result.stderr
+    assert "'ttft=5': ttft is a time, bounded from above; write <=" in result.stderr
+
+
+def test_bench_slo_in_the_earlier_form_is_answered_with_the_new_one(tmp_path: Path) -> None:
+    """bench's earlier `ttft_ms=500,tpot_ms=50` is refused (exit 2) with one line that
+    writes it in the one grammar, before anything is sent."""
+    result = CliRunner().invoke(cli, [
+        "bench", "--url", "http://127.0.0.1:9", "--concurrency", "1",
+        "--slo", "ttft_ms=500,tpot_ms=50,e2e_s=10", "--out", str(tmp_path),
+    ])  # fmt: skip
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [
+        "servekit: error: --slo 'ttft_ms=500,tpot_ms=50,e2e_s=10' is the earlier bench form "
+        "(each request within every bound); write it as --slo "
+        "'ttft_p99<=500ms,tpot_p99<=50ms,e2e_p99<=10s' (the same requests count towards goodput)"
+    ]
 
 
 def test_bench_dataset_and_length_distribution(server: str, tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
+from servekit.analyze.slo import parse_slo
 from servekit.bench.store import read_records
 from servekit.cli.main import cli
 
@@ -33,6 +34,26 @@ def test_sim_run_writes_records_and_summary(tmp_path: Path) -> None:
     assert len(records) == 16
     assert all(r.output_tokens == 16 for r in records)
     assert summary["workload"]["simulated"] is True
+
+
+def test_sim_run_slo_gives_goodput_as_bench_counts_it(tmp_path: Path) -> None:
+    """sim run --slo: goodput per point by the one per-request rule (`Slo.met_by`), and the
+    SLO's text in the workload."""
+    code, out, err = run(
+        "sim", "run", "--profile", "llama-3.1-70b-4xh100", "--concurrency", "1,8",
+        "--requests-per-point", "16", "--input-len", "128", "--output-len", "16",
+        "--slo", "ttft_p99<=1s,tpot_p50<=20ms", "--out", str(tmp_path), "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    summary = json.loads(out)
+    assert summary["workload"]["slo"]["text"] == "ttft_p99<=1s,tpot_p50<=20ms"
+    slo = parse_slo("ttft_p99<=1s,tpot_p50<=20ms")
+    records = read_records(tmp_path)
+    for point in summary["points"]:
+        label = f"c={point['concurrency']}"
+        mine = [r for r in records if r.point == label]
+        assert point["goodput_fraction"] == sum(slo.met_by(r) for r in mine) / len(mine)
+    assert {p["goodput_fraction"] for p in summary["points"]} != {None}
 
 
 def test_sim_run_open_loop_rate() -> None:

@@ -3,7 +3,7 @@ text of a compared sim pair (golden), and its place as the report's first sectio
 
 The runs are real `servekit sim run` and `servekit bench` outputs checked in under data/
 (data/README.md gives the commands); an SLO is added to a copy of one where a line needs
-one (`sim run` has no --slo), with the goodput fractions each case needs.
+one, with the TTFT p99 each case needs.
 """
 
 from __future__ import annotations
@@ -29,24 +29,27 @@ from servekit.results.validate import ValidateDocument, load_validate
 HERE = Path(__file__).parent
 DATA = HERE / "data"
 GOLDEN_DIR = HERE / "golden"
-SLO = SloBlock(ttft_ms=500, tpot_ms=50, e2e_s=None)
-SLO_RULE = "met at a load when >= 99% of its requests are within every bound"
+SLO = SloBlock(text="ttft_p99<=500ms,tpot_p99<=1s")
+SLO_RULE = "met at a load when every bound holds and no request failed"
+MEETS, MISSES = 400.0, 600.0  # a point's TTFT p99 (ms) against the SLO's 500
 
 
 def _summary(run: str) -> Summary:
     return read_summary(DATA / run)
 
 
-def _with_slo(summary: Summary, fractions: list[float], *, invalid: int | None = None) -> Summary:
-    """The summary measured against SLO, its points' goodput fractions set in order (the
-    point at index `invalid` marked as invalid client timing)."""
+def _with_slo(
+    summary: Summary, ttft_p99: list[float], *, invalid: int | None = None, slo: SloBlock = SLO
+) -> Summary:
+    """The summary measured against `slo`, its points' TTFT p99 set in order (the point at
+    index `invalid` marked as invalid client timing)."""
     points = []
-    for i, (point, fraction) in enumerate(zip(summary.points, fractions, strict=True)):
-        update: dict[str, object] = {"goodput_fraction": fraction}
+    for i, (point, p99) in enumerate(zip(summary.points, ttft_p99, strict=True)):
+        update: dict[str, object] = {"ttft_ms": point.ttft_ms.model_copy(update={"p99": p99})}
         if i == invalid:
             update["client"] = point.client.model_copy(update={"valid": False})
         points.append(point.model_copy(update=update))
-    workload = summary.workload.model_copy(update={"slo": SLO})
+    workload = summary.workload.model_copy(update={"slo": slo})
     return summary.model_copy(update={"workload": workload, "points": points})
 
 
@@ -140,17 +143,37 @@ def test_validation_line_of_the_checked_in_validate_json() -> None:
 
 def test_slo_met_up_to_a_load() -> None:
     """The SLO line states the bounds and the rule, and the highest load that meets it."""
-    summary = _with_slo(_summary("sim-m3"), [1.0, 0.99, 0.98])
+    summary = _with_slo(_summary("sim-m3"), [MEETS, 500.0, MISSES])
     line = _line(build_verdict([("on", summary)]).lines, "SLO")
     assert line.tone == "good"
     assert line.text == (
-        f"TTFT <= 500 ms, TPOT <= 50 ms per request ({SLO_RULE}); highest load meeting it: on: c=4"
+        f"ttft_p99<=500ms,tpot_p99<=1s ({SLO_RULE}); highest load meeting it: on: c=4"
     )
+
+
+def test_slo_is_not_met_where_a_request_failed() -> None:
+    """Every bound holding is not enough: a load where a request failed does not meet it."""
+    summary = _with_slo(_summary("sim-m3"), [MEETS, MEETS, MEETS])
+    points = list(summary.points)
+    points[2] = points[2].model_copy(update={"failed": 1})
+    line = _line(
+        build_verdict([("on", summary.model_copy(update={"points": points}))]).lines, "SLO"
+    )
+    assert line.text.endswith("on: c=4")
+
+
+def test_an_earlier_summarys_bounds_read_as_p99() -> None:
+    """A summary written before the one grammar (bench's ttft_ms=500) is judged at p99."""
+    legacy = SloBlock(ttft_ms=500, tpot_ms=1000, e2e_s=None)
+    summary = _with_slo(_summary("sim-m3"), [MEETS, 500.0, MISSES], slo=legacy)
+    line = _line(build_verdict([("on", summary)]).lines, "SLO")
+    assert line.text.startswith("ttft_p99<=500ms,tpot_p99<=1s (")
+    assert line.text.endswith("on: c=4")
 
 
 def test_slo_met_at_every_load_says_the_limit_was_not_reached() -> None:
     """Met at the highest measured load: the line says so (the limit lies beyond)."""
-    summary = _with_slo(_summary("sim-m3"), [1.0, 1.0, 0.995])
+    summary = _with_slo(_summary("sim-m3"), [MEETS, MEETS, MEETS])
     assert _line(build_verdict([("on", summary)]).lines, "SLO").text.endswith(
         "on: c=16 (the highest measured)"
     )
@@ -158,7 +181,7 @@ def test_slo_met_at_every_load_says_the_limit_was_not_reached() -> None:
 
 def test_slo_not_met_at_any_load() -> None:
     """No load meets the SLO: `not met at any measured load`, and the line is bad."""
-    summary = _with_slo(_summary("sim-m3"), [0.98, 0.5, 0.0])
+    summary = _with_slo(_summary("sim-m3"), [MISSES, MISSES, MISSES])
     line = _line(build_verdict([("on", summary)]).lines, "SLO")
     assert line.tone == "bad"
     assert line.text.endswith("on: not met at any measured load")
@@ -166,7 +189,7 @@ def test_slo_not_met_at_any_load() -> None:
 
 def test_slo_names_lower_misses_and_unjudged_loads() -> None:
     """Met at c=4 but not at c=1 (said), and c=16 with invalid client timing not judged."""
-    summary = _with_slo(_summary("sim-m3"), [0.9, 1.0, 1.0], invalid=2)
+    summary = _with_slo(_summary("sim-m3"), [MISSES, MEETS, MEETS], invalid=2)
     text = _line(build_verdict([("on", summary)]).lines, "SLO").text
     assert text.endswith("on: c=4 (not at c=1; not judged at c=16: invalid client timing)")
 
@@ -174,8 +197,8 @@ def test_slo_names_lower_misses_and_unjudged_loads() -> None:
 def test_slo_of_two_runs_and_an_open_loop_run() -> None:
     """Runs with the same SLO share its line; an open-loop run names its rate; a run
     without an SLO is left out of it."""
-    on = _with_slo(_summary("sim-m3"), [1.0, 1.0, 0.5])
-    rate = _with_slo(_summary("sim-m3-rate"), [1.0, 0.2])
+    on = _with_slo(_summary("sim-m3"), [MEETS, MEETS, MISSES])
+    rate = _with_slo(_summary("sim-m3-rate"), [MEETS, MISSES])
     lines = build_verdict([("on", on), ("rate", rate), ("off", _summary("sim-m3-no-eagle3"))])
     line = _line(lines.lines, "SLO")
     assert line.text.endswith("highest load meeting it: on: c=4; rate: rate=0.5")

@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 from tune_helpers import M3, m3_settings
 
+from servekit.analyze.slo import parse_slo
 from servekit.profiles import load_profile
 from servekit.sim.build import profile_step_params
 from servekit.tune.evaluate import SimModel, Simulator
@@ -18,7 +19,6 @@ from servekit.tune.search import (
     rung_requests,
     search,
 )
-from servekit.tune.slo import parse_slo
 from servekit.tune.space import Settings, Speculation, default_space
 from servekit.tune.workload import TuneWorkload
 

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from itertools import chain
 import numpy as np
 import numpy.typing as npt
 
-from servekit.errors import UsageError
+from servekit.analyze.slo import Slo
 from servekit.records import RequestRecord
 from servekit.results.summary import (
     SUMMARY_VERSION,
@@ -232,34 +231,6 @@ class PointMetrics:
 
 
 @dataclass(frozen=True, slots=True)
-class Slo:
-    """Service-level objectives; a request meets them when every set bound holds."""
-
-    ttft_ms: float | None = None
-    tpot_ms: float | None = None
-    e2e_s: float | None = None
-
-    def met_by(self, record: RequestRecord) -> bool:
-        """True when a successful record meets every bound that is set."""
-        if not record.ok:
-            return False
-        if self.ttft_ms is not None:
-            if record.first_token_ns is None:
-                return False
-            if (record.first_token_ns - record.sent_ns) / NS_PER_MS > self.ttft_ms:
-                return False
-        if self.e2e_s is not None and (record.end_ns - record.sent_ns) / NS_PER_S > self.e2e_s:
-            return False
-        if self.tpot_ms is not None and record.output_tokens > 1 and len(record.chunk_ns) > 1:
-            tpot = (
-                (record.chunk_ns[-1] - record.chunk_ns[0]) / NS_PER_MS / (record.output_tokens - 1)
-            )
-            if tpot > self.tpot_ms:
-                return False
-        return True
-
-
-@dataclass(frozen=True, slots=True)
 class Samples:
     """The per-request and per-token samples of successful requests (docs/metrics.md)."""
 
@@ -436,32 +407,3 @@ def summary_document(
         workload=workload,
         points=points,
     )
-
-
-def parse_slo(text: str, *, name: str = "SLO") -> Slo:
-    """Parse `ttft_ms=500,tpot_ms=50,e2e_s=10` (any subset) into an Slo.
-
-    Errors quote the text after `name` (the CLI passes its flag, `--slo`).
-
-    Raises:
-        UsageError: an unknown key, or a value that is not a positive number.
-    """
-    known = {"ttft_ms", "tpot_ms", "e2e_s"}
-    example = "write e.g. ttft_ms=500,tpot_ms=50"
-    values: dict[str, float] = {}
-    for part in text.split(","):
-        key, sep, raw = part.strip().partition("=")
-        if not sep or key not in known:
-            raise UsageError(
-                f"{name} {text!r}: {part.strip()!r} is not one of ttft_ms=, tpot_ms=, e2e_s=",
-                fix=example,
-            )
-        try:
-            values[key] = float(raw)
-        except ValueError:
-            raise UsageError(
-                f"{name} {text!r}: {key} needs a number, got {raw!r}", fix=example
-            ) from None
-        if not math.isfinite(values[key]) or values[key] <= 0:
-            raise UsageError(f"{name} {text!r}: {key} must be positive and finite", fix=example)
-    return Slo(**values)

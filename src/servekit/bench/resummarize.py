@@ -20,7 +20,8 @@ import statistics
 from pathlib import Path
 
 from servekit import __version__, jsontext
-from servekit.analyze.summarize import Slo, point_metrics, point_to_json, summary_document
+from servekit.analyze.slo import slo_of_block
+from servekit.analyze.summarize import point_metrics, point_to_json, summary_document
 from servekit.analyze.traffic import ScheduleBound, traffic_blocks, with_traffic
 from servekit.bench._files import read_json_document
 from servekit.bench.spec import PointOutcome, PointSpec
@@ -107,7 +108,7 @@ def rebuild_summary(info: RunInfo, records: list[RequestRecord]) -> Summary:
         by_label.setdefault(record.point, []).append(record)
     workload = info.summary.workload
     block = workload.slo
-    slo = None if block is None else Slo(block.ttft_ms, block.tpot_ms, block.e2e_s)
+    slo = None if block is None else slo_of_block(block)
     agent = None if workload.sessions is None else workload.sessions.agent
     implied = None if workload.trace is None else workload.trace.implied_hit_rate
     points = []

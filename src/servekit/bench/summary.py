@@ -13,7 +13,8 @@ from typing import Any
 
 from pydantic import JsonValue
 
-from servekit.analyze.summarize import Slo, point_metrics, point_to_json, summary_document
+from servekit.analyze.slo import Slo
+from servekit.analyze.summarize import point_metrics, point_to_json, summary_document
 from servekit.analyze.traffic import RATE_DIGITS, ScheduleBound, traffic_blocks, with_traffic
 from servekit.bench._signals import StopSignals, sigterm_as_interrupt
 from servekit.bench.pool import WorkerPool
@@ -181,8 +182,7 @@ def bench_summary(
             warmup=spec.warmup,
             seed=spec.seed,
             chat_template_kwargs=spec.chat_template_kwargs,
-            slo=None if slo is None else SloBlock(ttft_ms=slo.ttft_ms, tpot_ms=slo.tpot_ms,
-                                                  e2e_s=slo.e2e_s),
+            slo=None if slo is None else SloBlock(text=slo.text()),
             duration_per_point_s=spec.duration_per_point_s,
             tools=[tool_name(t) for t in spec.tools],
             dataset_prompts=len(spec.dataset) if spec.dataset else None,

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from servekit.analyze.slo import parse_slo
 from servekit.cli._tune_workload import tune_workload
 from servekit.cli._values import read_text_option
 from servekit.errors import UsageError
@@ -18,13 +19,12 @@ from servekit.profiles.schema import Profile
 from servekit.runtime.state import state_dir as default_state_dir
 from servekit.tune.measure import EngineOptions
 from servekit.tune.run import TuneSpec, VerifyOptions
-from servekit.tune.slo import parse_slo
 from servekit.tune.space import default_space, read_space
 
 
 def tune_spec(profile_ref: str, opts: dict[str, Any]) -> TuneSpec:
     """The run the options describe (every problem one UsageError or ConfigError line)."""
-    slo = parse_slo(opts["slo"])
+    slo = parse_slo(opts["slo"], option="--slo")
     dirs = opts["profiles_dirs"]
     profile = load_profile(profile_ref, extra_dirs=dirs, overrides=opts["overrides"])
     workload = tune_workload(profile, opts)

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from servekit import __version__
-from servekit.analyze.summarize import parse_slo
+from servekit.analyze.slo import parse_slo
 from servekit.bench.summary import run_bench
 from servekit.cli._bench_spec import bench_inputs
 from servekit.cli._output import (
@@ -62,7 +62,7 @@ from servekit.results.summary import Summary
 @click.option("--tools", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="A JSON list of OpenAI tool definitions sent with every chat request.")
 @traffic_options
-@click.option("--slo", help="Goodput objectives, e.g. ttft_ms=500,tpot_ms=50,e2e_s=10.")
+@click.option("--slo", help="The SLO for goodput, e.g. 'ttft_p99<=500ms,tpot_p99<=50ms'.")
 @click.option("--timeout", type=FiniteFloat(min=0.1), default=600.0, show_default=True,
               help="Seconds one request may take before it counts as a timeout.")
 @click.option("--max-failure-rate", type=FiniteFloat(min=0, max=1), default=0.0,
@@ -97,7 +97,7 @@ def bench_command(as_json: bool, out: Path | None, slo: str | None, force: bool,
     if out is None:
         raise UsageError("--out DIR is required", fix="name the run directory, e.g. --out runs/c16")
     spec, points, prof = bench_inputs(opts)
-    objectives = parse_slo(slo, name="--slo") if slo else None
+    objectives = parse_slo(slo, option="--slo") if slo else None
     written: list[Summary] = []  # the summary, also when the sweep stops and raises
     try:
         with redacted_errors(spec.redactor), LiveProgress(enabled=not as_json) as live:

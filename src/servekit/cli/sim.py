@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from servekit import __version__
+from servekit.analyze.slo import parse_slo
 from servekit.bench.store import RUN_FILES, RecordWriter, check_run_dir, write_summary
 from servekit.cli._output import (
     emit_json,
@@ -54,6 +55,8 @@ def sim_group() -> None:
 @session_options
 @trace_options
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--slo", help="The SLO, as bench and tune take it, e.g. 'ttft_p99<=500ms,"
+              "tpot_p99<=50ms': goodput counts the requests within every bound.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Run directory.")
 @click.option("--force", is_flag=True, help="Replace the results of a previous run in --out.")
 @set_option
@@ -61,7 +64,7 @@ def sim_group() -> None:
 @json_option
 def run_command(
     profile_name: str, out: Path | None, force: bool, overrides: tuple[str, ...],
-    profiles_dirs: tuple[str, ...], as_json: bool, **opts: Any,
+    profiles_dirs: tuple[str, ...], as_json: bool, slo: str | None, **opts: Any,
 ) -> None:
     # fmt: on
     """Simulate load points offline, far faster than real time.
@@ -70,6 +73,7 @@ def run_command(
     multi-turn sessions (--conversations, --turns) and agent loops (--agent), with the
     simulated engine's prefix cache.
     """
+    objectives = parse_slo(slo, option="--slo") if slo else None
     if out is not None:
         check_run_dir(out, RUN_FILES, force=force)  # before the simulation, not after it
     profile = load_profile(profile_name, extra_dirs=profiles_dirs, overrides=overrides)
@@ -87,6 +91,7 @@ def run_command(
         version=__version__,
         started_at=started,
         workload=workload,
+        slo=objectives,
     )
     if out is not None:
         with RecordWriter(out, force=force) as writer:

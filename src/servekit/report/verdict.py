@@ -9,10 +9,10 @@ TTFT and per-stream speed, and failed requests. The renderer escapes every text 
 directory names, check details quote model output).
 
 What "met" means (docs/cli.md, report section):
-- an SLO (`bench --slo`, per-request bounds) is met at a load when at least 99%
-  (`MET_FRACTION`) of the load's requests finished within every bound - its
-  `goodput_fraction`, failed requests counting as misses - and the client's timing there
-  was valid (a load with invalid timing is not judged);
+- an SLO (`bench --slo`, `sim run --slo`: `analyze.slo`'s grammar) is met at a load, as
+  tune judges one, when every bound holds on the load's distribution (`ttft_p99<=500ms`:
+  the load's TTFT p99) and no request failed; a load whose client timing is invalid is
+  not judged;
 - the per-stream target is met at a concurrency when the mean per-stream speed (1000 /
   TPOT) reaches it; a load with failed requests or invalid timing is not judged (the same
   rule as compare's `highest_meeting`).
@@ -28,15 +28,13 @@ from dataclasses import dataclass
 
 from servekit.analyze.compare import untrusted
 from servekit.analyze.point_columns import report_load, report_number
+from servekit.analyze.slo import Slo, slo_of_block
 from servekit.report.document import Highlight, Section, Tone
 from servekit.results.compare import Comparison
-from servekit.results.summary import SloBlock, Summary, SummaryPoint
+from servekit.results.summary import Summary, SummaryPoint
 from servekit.results.validate import ValidateDocument
 
 TITLE = "Verdict"
-# 99% of requests within every bound: the p99 an SLO is usually written against, held
-# jointly by each request (a point of fewer than 100 requests must meet it with all of them)
-MET_FRACTION = 0.99
 NAMED_FAILURES = 3  # failed checks named in the line; the rest are counted
 DETAIL_CHARS = 80  # a failed check's detail is cut to this many characters
 
@@ -152,31 +150,32 @@ def _reach(points: Sequence[SummaryPoint], judge: Judge, unjudged: str) -> tuple
     return text + (f" ({'; '.join(notes)})" if notes else ""), bool(met)
 
 
-def _bounds(slo: SloBlock) -> str:
-    bounds = [(slo.ttft_ms, "TTFT", "ms"), (slo.tpot_ms, "TPOT", "ms"), (slo.e2e_s, "E2E", "s")]
-    return ", ".join(f"{name} <= {value:g} {unit}" for value, name, unit in bounds if value)
+def _slo_judge(slo: Slo) -> Judge:
+    """tune's rule: a load meets the SLO when every bound holds on its distribution and no
+    request failed; a load whose client timing is invalid is not judged."""
 
+    def judge(point: SummaryPoint) -> bool | None:
+        if not point.client.valid:
+            return None
+        return point.failed == 0 and slo.judge(point).met
 
-def _slo_judge(point: SummaryPoint) -> bool | None:
-    if point.goodput_fraction is None or not point.client.valid:
-        return None
-    return point.goodput_fraction >= MET_FRACTION
+    return judge
 
 
 def slo_lines(runs: Labelled) -> list[VerdictLine]:
     """Per SLO the runs were measured against: the highest load of each run that meets it."""
-    groups: dict[str, list[tuple[str, Summary]]] = {}
+    groups: dict[str, tuple[Slo, list[tuple[str, Summary]]]] = {}
     for label, summary in runs:
-        if (slo := summary.workload.slo) is not None and _bounds(slo):
-            groups.setdefault(_bounds(slo), []).append((label, summary))
+        if (block := summary.workload.slo) is not None and (slo := slo_of_block(block)).bounds:
+            groups.setdefault(slo.text(), (slo, []))[1].append((label, summary))
     lines = []
-    for bounds, members in groups.items():
-        reached = [(label, *_reach(s.points, _slo_judge, "invalid client timing"))
+    for written, (slo, members) in groups.items():
+        reached = [(label, *_reach(s.points, _slo_judge(slo), "invalid client timing"))
                    for label, s in members]  # fmt: skip
         runs_text = "; ".join(f"{label}: {text}" for label, text, _ in reached)
-        rule = f"met at a load when >= {MET_FRACTION:.0%} of its requests are within every bound"
+        rule = "met at a load when every bound holds and no request failed"
         tone: Tone = "good" if all(ok for _, _, ok in reached) else "bad"
-        text = f"{bounds} per request ({rule}); highest load meeting it: {runs_text}"
+        text = f"{written} ({rule}); highest load meeting it: {runs_text}"
         lines.append(VerdictLine("SLO", text, tone))
     return lines
 

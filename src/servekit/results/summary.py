@@ -204,11 +204,16 @@ class Target(Document):
 
 
 class SloBlock(Document):
-    """The goodput objectives of a run."""
+    """The SLO a run was judged by, in the one grammar of `analyze.slo` (`text`).
 
-    ttft_ms: float | None
-    tpot_ms: float | None
-    e2e_s: float | None
+    Summaries written before that grammar hold bench's earlier per-request bounds instead
+    (`ttft_ms`, `tpot_ms`, `e2e_s`, no `text`); they read as the same bounds at p99.
+    """
+
+    text: str | None = None
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    e2e_s: float | None = None
 
 
 class TraceInfo(Document):

@@ -12,9 +12,10 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from servekit.analyze.slo import Slo
 from servekit.analyze.summarize import point_metrics, point_to_json, summary_document
 from servekit.analyze.traffic import ScheduleBound, traffic_blocks, with_traffic
-from servekit.results.summary import ServerBlock, Summary, Target, Workload
+from servekit.results.summary import ServerBlock, SloBlock, Summary, Target, Workload
 from servekit.sim.engine import Engine, EngineStats
 from servekit.sim.offline import AnyPoint, LoadPoint, PointRun, run_point
 from servekit.sim.traffic import SessionsPoint, TracePoint
@@ -78,12 +79,14 @@ def sweep_summary(
     started_at: str,
     workload: Workload,
     max_schedule_lag_ms: float = DEFAULT_MAX_SCHEDULE_LAG_MS,
+    slo: Slo | None = None,
 ) -> Summary:
     """The summary.json document of a simulated sweep (same shape as a real run's, with
-    the traffic blocks of `analyze.traffic`: prefix cache, turns, sessions, schedule)."""
+    the traffic blocks of `analyze.traffic`: prefix cache, turns, sessions, schedule, and
+    goodput when an SLO is given)."""
     points = []
     for r in results:
-        metrics = point_metrics(r.run.records)
+        metrics = point_metrics(r.run.records, slo=slo)
         server = r.server_json()
         point = point_to_json(
             metrics, concurrency=r.point.concurrency, rate_rps=r.point.rate_rps, server=server
@@ -110,6 +113,15 @@ def sweep_summary(
         target=Target(
             url=None, model=model, server_version=f"servekit-sim {version}", profile=profile_name
         ),
-        workload=workload.model_copy(update={"simulated": True}),
+        workload=workload.model_copy(update=_simulated(slo)),
         points=points,
     )
+
+
+def _simulated(slo: Slo | None) -> dict[str, object]:
+    """The workload's update for a simulated run (the SLO only when given: a workload
+    written without one has no `slo` key)."""
+    update: dict[str, object] = {"simulated": True}
+    if slo is not None:
+        update["slo"] = SloBlock(text=slo.text())
+    return update

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import yaml
 
+from servekit.analyze.slo import Slo
 from servekit.profiles.schema import Profile
 from servekit.render.targets import render
 from servekit.results.tune import (
@@ -32,7 +33,6 @@ from servekit.results.tune import (
 )
 from servekit.tune.evaluate import Evaluation, LoadResult, SimModel
 from servekit.tune.search import Candidate, Finalist, SearchResult
-from servekit.tune.slo import Slo
 from servekit.tune.space import Settings, Space, overrides
 from servekit.tune.workload import TuneWorkload
 

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from servekit.analyze.slo import Slo
 from servekit.analyze.summarize import point_metrics
 from servekit.profiles.schema import Profile
 from servekit.records import RequestRecord
@@ -27,12 +28,10 @@ from servekit.sim.build import build_engine
 from servekit.sim.engine import Engine
 from servekit.sim.offline import run_point
 from servekit.sim.params import AcceptanceParams, StepTimeParams
-from servekit.tune.slo import Slo
 from servekit.tune.space import Settings
 from servekit.tune.workload import TuneWorkload
 from servekit.workload.traces import replay_rate
 
-NS_PER_MS = 1_000_000
 RATE_PRECISION = 0.05
 """An open loop's SLO-meeting rate is found within this fraction."""
 RATE_RANGE = 64.0
@@ -134,7 +133,7 @@ def judge_records(
     if metrics.failed:
         violated.append(f"{metrics.failed} requests failed")
     ok = [r for r in records if r.ok]
-    within = sum(1 for r in ok if _within(slo, r))
+    within = sum(1 for r in ok if slo.met_by(r))
     return LoadResult(
         load=load,
         met=not violated,
@@ -148,16 +147,6 @@ def judge_records(
         failed=metrics.failed,
         duration_s=metrics.duration_s,
     )
-
-
-def _within(slo: Slo, r: RequestRecord) -> bool:
-    ttft = (r.first_token_ns - r.sent_ns) / NS_PER_MS if r.first_token_ns is not None else None
-    ttfo = (r.first_answer_ns - r.sent_ns) / NS_PER_MS if r.first_answer_ns is not None else None
-    tpot = None
-    if r.output_tokens > 1 and len(r.chunk_ns) > 1:
-        tpot = (r.chunk_ns[-1] - r.chunk_ns[0]) / NS_PER_MS / (r.output_tokens - 1)
-    e2e_s = (r.end_ns - r.sent_ns) / 1e9
-    return slo.request_within(ttft_ms=ttft, ttfo_ms=ttfo, tpot_ms=tpot, e2e_s=e2e_s)
 
 
 @dataclass(slots=True)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servekit import __version__
+from servekit.analyze.slo import Slo
 from servekit.bench.spec import BenchSpec, PointSpec
 from servekit.bench.store import read_records
 from servekit.bench.summary import run_bench
@@ -31,7 +32,6 @@ from servekit.runtime.state import EngineState, read_state, remove_state
 from servekit.runtime.watchdog import start_watchdog
 from servekit.tune.evaluate import LoadResult, Simulator, judge_records
 from servekit.tune.journal import Journal
-from servekit.tune.slo import Slo
 from servekit.tune.workload import TuneWorkload, speed_up
 from servekit.workload.traces import replay_rate
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from servekit import __version__, jsontext
+from servekit.analyze.slo import Slo
 from servekit.bench.run_points import read_runs
 from servekit.bench.store import write_atomically
 from servekit.errors import ConfigError, Interrupted, ServekitError, Terminated, UsageError
@@ -51,7 +52,6 @@ from servekit.tune.evaluate import SimModel, Simulator
 from servekit.tune.journal import JOURNAL_FILE, Journal, read_journal
 from servekit.tune.measure import EngineOptions, Engines, measure_point, stop_leftovers
 from servekit.tune.search import Candidate, SearchResult, candidates, search
-from servekit.tune.slo import Slo
 from servekit.tune.space import Space
 from servekit.tune.workload import TuneWorkload
 

@@ -1,15 +1,22 @@
-"""tune's SLO string: parsing, canonical text, judging a point and a request."""
+"""The one SLO (`analyze.slo`): parsing, canonical text, judging a point and a request, the
+earlier bench form, a summary's block, and that it is the only SLO type in src."""
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 
+from servekit.analyze.slo import Bound, parse_slo, slo_of_block
+from servekit.cli.main import cli
 from servekit.errors import UsageError
-from servekit.tune.slo import Bound, parse_slo
+from servekit.records import RequestRecord
+from servekit.results.summary import SloBlock
 
 
 @dataclass(frozen=True)
@@ -127,3 +134,81 @@ def test_any_text_parses_or_raises_usage_error(text: str) -> None:
     except UsageError:
         return
     assert parse_slo(slo.text()) == slo  # the canonical text reads back the same
+
+
+def test_the_earlier_bench_form_is_answered_with_the_same_bounds_at_p99() -> None:
+    with pytest.raises(UsageError) as caught:
+        parse_slo("ttft_ms=500, tpot_ms=50,e2e_s=2.5", option="--slo")
+    assert caught.value.message == (
+        "--slo 'ttft_ms=500, tpot_ms=50,e2e_s=2.5' is the earlier bench form "
+        "(each request within every bound)"
+    )
+    assert caught.value.fix is not None
+    assert "--slo 'ttft_p99<=500ms,tpot_p99<=50ms,e2e_p99<=2.5s'" in caught.value.fix
+    rewritten = caught.value.fix.split("'")[1]
+    assert parse_slo(rewritten).text() == "ttft_p99<=500ms,tpot_p99<=50ms,e2e_p99<=2.5s"
+    for bad in ("ttft_ms=nan", "tpot_ms=0", "e2e_s=fast"):
+        with pytest.raises(UsageError, match="needs a positive number"):
+            parse_slo(bad)
+
+
+def test_a_summary_block_reads_as_its_slo() -> None:
+    assert slo_of_block(SloBlock(text="tpot_p50<=25ms")) == parse_slo("tpot_p50<=25ms")
+    legacy = slo_of_block(SloBlock(ttft_ms=500, tpot_ms=None, e2e_s=10))
+    assert legacy == parse_slo("ttft_p99<=500ms,e2e_p99<=10s")
+    with pytest.raises(UsageError, match=r"^summary\.json slo 'fast'"):
+        slo_of_block(SloBlock(text="fast"))
+
+
+def _record(ttft_ms: float, tpot_ms: float, *, failed: bool = False) -> RequestRecord:
+    sent, first = 1_000_000_000, 1_000_000_000 + int(ttft_ms * 1e6)
+    last = first + int(tpot_ms * 1e6) * 9
+    return RequestRecord(
+        "r", "c=1", sent, sent, first, first, last + 1_000_000, chunk_ns=(first, last),
+        chunk_tokens=(1, 9), output_tokens=10, error_kind="timeout" if failed else None,
+    )  # fmt: skip
+
+
+def test_a_request_meets_the_slo_by_its_own_figures() -> None:
+    slo = parse_slo("ttft_p99<=500ms,tpot_p50<=20ms")
+    assert slo.met_by(_record(400, 15))
+    assert not slo.met_by(_record(600, 15))
+    assert not slo.met_by(_record(400, 25))
+    assert not slo.met_by(_record(400, 15, failed=True))
+    assert _record(400, 15).ttft_ms == pytest.approx(400)
+    assert _record(400, 15).tpot_ms == pytest.approx(15)
+
+
+def test_bench_sim_run_and_tune_refuse_an_slo_with_the_same_line() -> None:
+    """The three commands parse --slo with the one parser, before anything else is done:
+    a malformed SLO (or the earlier bench form) is refused by each with the same line."""
+    commands = (
+        ["bench", "--url", "http://127.0.0.1:9", "--concurrency", "1", "--out", "x"],
+        ["sim", "run", "--profile", "minimax-m3-mxfp8-8xa800", "--concurrency", "1"],
+        ["tune", "minimax-m3-mxfp8-8xa800", "--out", "x"],
+    )
+    for text in ("ttft_p99<=2", "ttft_ms=500", "speed_p50>=3", "per_stream<=60"):
+        lines = []
+        for args in commands:
+            result = CliRunner().invoke(cli, [*args, "--slo", text])
+            assert result.exit_code == 2, (args, result.output)
+            lines.append(result.stderr)
+        expected = f"servekit: error: {_refusal(text)}\n"
+        assert lines == [expected] * 3, (text, lines)
+
+
+def _refusal(text: str) -> str:
+    with pytest.raises(UsageError) as caught:
+        parse_slo(text, option="--slo")
+    return str(caught.value)
+
+
+def test_there_is_one_slo_type_in_src() -> None:
+    src = Path(__file__).resolve().parents[2] / "src" / "servekit"
+    found = [
+        f"{path.relative_to(src)}:{node.lineno}"
+        for path in sorted(src.rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ClassDef) and node.name == "Slo"
+    ]
+    assert found == ["analyze/slo.py:" + found[0].split(":")[1]], found

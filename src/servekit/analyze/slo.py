@@ -1,4 +1,5 @@
-"""Service-level objectives for `servekit tune` (core): parse one string, judge a load point.
+"""Service-level objectives (core): one grammar and one type for every command that judges
+a run (`bench --slo`, `sim run --slo`, `tune --slo`).
 
 An SLO is a comma-separated list of bounds, each on one statistic of one per-request metric:
 
@@ -10,9 +11,13 @@ Metrics are docs/metrics.md's: `ttft`, `ttfo`, `tpot`, `itl` and `e2e` (also `la
 times and take `<=` with a unit (`s` or `ms`); `per_stream` (1 / TPOT) is a speed and takes
 `>=` in `tok/s` (the unit may be left out). The statistic is `mean`, `p50`, `p90` or `p99`;
 left out, it is `p50`. A load point meets the SLO when every bound holds on its distribution.
-Each bound also applies to single requests: a request is within the SLO when its own TTFT,
-TTFO, TPOT, per-stream speed and end-to-end latency are within every such bound (ITL has no
-per-request value; it counts only on the distribution).
+Each bound also applies to single requests: a request is within the SLO (it counts towards
+goodput) when it succeeded and its own TTFT, TTFO, TPOT, per-stream speed and end-to-end
+latency are within every such bound (ITL has no per-request value; it counts only on the
+distribution).
+
+bench's earlier form, `ttft_ms=500,tpot_ms=50,e2e_s=10` (each request within every bound),
+is refused with one line that writes it in this grammar (`ttft_p99<=500ms,...`).
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from servekit.errors import UsageError
+from servekit.records import RequestRecord
+from servekit.results.summary import SloBlock
 
 Metric = Literal["ttft", "ttfo", "tpot", "itl", "e2e", "per_stream"]
 Statistic = Literal["mean", "p50", "p90", "p99"]
@@ -146,6 +153,15 @@ class Slo:
         )
         return Judgement(not violated, observed, violated)
 
+    def met_by(self, record: RequestRecord) -> bool:
+        """True when a request succeeded and its own figures are within every bound."""
+        return record.ok and self.request_within(
+            ttft_ms=record.ttft_ms,
+            ttfo_ms=record.ttfo_ms,
+            tpot_ms=record.tpot_ms,
+            e2e_s=record.e2e_s,
+        )
+
     def request_within(
         self, *, ttft_ms: float | None, ttfo_ms: float | None, tpot_ms: float | None, e2e_s: float
     ) -> bool:
@@ -174,8 +190,9 @@ def _shown(value: float | None, bound: Bound) -> str:
     return f"{value:.4g} {unit} {op} {bound.value:g}"
 
 
-def parse_slo(text: str, *, option: str = "--slo") -> Slo:
-    """Parse an SLO string (module docstring).
+def parse_slo(text: str, *, option: str = "SLO") -> Slo:
+    """Parse an SLO string (module docstring). Errors quote it after `option` (the CLI
+    passes its flag, `--slo`).
 
     Raises:
         UsageError: one line naming the part that is wrong and the fix.
@@ -183,6 +200,11 @@ def parse_slo(text: str, *, option: str = "--slo") -> Slo:
     parts = [p.strip() for p in text.split(",")]
     if not text.strip() or not all(parts):
         raise UsageError(f"{option} {text!r} has an empty part", fix=_EXAMPLE)
+    if (rewritten := _old_form(parts, text, option)) is not None:
+        raise UsageError(
+            f"{option} {text!r} is the earlier bench form (each request within every bound)",
+            fix=f"write it as --slo {rewritten!r} (the same requests count towards goodput)",
+        )
     bounds = []
     for part in parts:
         bounds.append(_parse_bound(part, text, option))
@@ -193,6 +215,52 @@ def parse_slo(text: str, *, option: str = "--slo") -> Slo:
             f"{option} {text!r} bounds {twice} twice", fix="keep one bound per statistic"
         )
     return Slo(tuple(bounds))
+
+
+def slo_of_block(block: SloBlock, *, where: str = "summary.json") -> Slo:
+    """The SLO a summary's `slo` block holds (an earlier summary's per-request bounds read
+    as the same bounds at p99).
+
+    Raises:
+        UsageError: the block's text is not an SLO (a tampered file), naming the file.
+    """
+    if block.text is not None:
+        return parse_slo(block.text, option=f"{where} slo")
+    e2e_ms = None if block.e2e_s is None else block.e2e_s * 1000.0
+    legacy: tuple[tuple[Metric, float | None], ...] = (
+        ("ttft", block.ttft_ms), ("tpot", block.tpot_ms), ("e2e", e2e_ms)
+    )  # fmt: skip
+    return Slo(tuple(Bound(metric, "p99", v) for metric, v in legacy if v is not None))
+
+
+_OLD_KEYS = {"ttft_ms": ("ttft", "ms"), "tpot_ms": ("tpot", "ms"), "e2e_s": ("e2e", "s")}
+
+
+def _old_form(parts: list[str], text: str, option: str) -> str | None:
+    """bench's earlier `ttft_ms=500,tpot_ms=50,e2e_s=10` written in this grammar (p99: the
+    report judged such a point met when 99% of its requests were within), or None when
+    `parts` are not that form.
+
+    Raises:
+        UsageError: the earlier form with a value that is not a positive number.
+    """
+    written = []
+    for part in parts:
+        key, sep, raw = (x.strip() for x in part.partition("="))
+        if not sep or key not in _OLD_KEYS:
+            return None
+        try:
+            value = float(raw)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value <= 0:
+            raise UsageError(
+                f"{option} {text!r}: {key} needs a positive number, got {raw!r}",
+                fix="write the SLO as e.g. --slo 'ttft_p99<=500ms,tpot_p99<=50ms'",
+            )
+        metric, unit = _OLD_KEYS[key]
+        written.append(f"{metric}_p99<={raw}{unit}")
+    return ",".join(written)
 
 
 def _parse_bound(part: str, text: str, option: str) -> Bound:
