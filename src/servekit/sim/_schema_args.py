@@ -157,6 +157,10 @@ def _array(
         if schema.get("uniqueItems") is True and value in out:
             continue
         out.append(value)
+    if len(out) < low and isinstance(items, Mapping) and isinstance(items.get("enum"), list):
+        # unique draws from a small enum can repeat past the tries (2 of 3 values: about 1
+        # in 2,000): fill up from the values not drawn, in order, to reach minItems
+        out += [v for v in items["enum"] if v not in out][: low - len(out)]
     return out
 
 
