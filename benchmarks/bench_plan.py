@@ -10,9 +10,10 @@ import sys
 import time
 
 from servekit.hardware import lookup_gpu
+from servekit.names import TARGETS
 from servekit.plan import make_plan, plan_inputs
 from servekit.profiles import load_profile
-from servekit.render import TARGETS, render
+from servekit.render import render
 
 PROFILES = ["minimax-m3-mxfp8-8xa800", "llama-3.1-70b-4xh100", "deepseek-v3-8xh200"]
 

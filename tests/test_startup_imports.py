@@ -85,3 +85,68 @@ def test_an_unknown_command_is_a_usage_error() -> None:
     result = CliRunner().invoke(cli, ["nonesuch"])
     assert result.exit_code == 2
     assert "No such command 'nonesuch'" in result.output
+
+
+def _command_paths(group: click.Group, prefix: tuple[str, ...] = ()) -> list[list[str]]:
+    """Every command's words (`["sim", "run"]`), walking the groups of the command table."""
+    ctx = click.Context(group)
+    paths: list[list[str]] = []
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        if isinstance(command, click.Group):
+            paths += _command_paths(command, (*prefix, name))
+        elif command is not None:
+            paths.append([*prefix, name])
+    return paths
+
+
+COMMAND_PATHS = _command_paths(cli)
+# What --help has no need of: the heavy libraries, and pydantic (whose models cost ~60 ms to
+# build); a command imports them in its body, when it runs.
+HELP_NEEDS_NONE_OF = (*HEAVY, "pydantic", "scipy")
+
+
+def test_the_command_walk_finds_the_subcommands() -> None:
+    """The walk below covers groups' commands (sim run, profiles list), not only the table."""
+    assert ["sim", "run"] in COMMAND_PATHS
+    assert ["profiles", "list"] in COMMAND_PATHS
+    assert len(COMMAND_PATHS) > len(COMMANDS)
+
+
+@pytest.mark.parametrize("path", COMMAND_PATHS, ids=" ".join)
+def test_every_help_imports_no_model_or_heavy_library(path: list[str]) -> None:
+    """`servekit ... --help` of every command builds its options without importing numpy,
+    aiohttp, matplotlib, scipy or pydantic (benchmarks/bench_startup.py times them)."""
+    code = (
+        "import json, runpy, sys\n"
+        f"sys.argv = ['servekit', *{path!r}, '--help']\n"
+        "try:\n    runpy.run_module('servekit', run_name='__main__')\n"
+        "except SystemExit as exc:\n    code = exc.code or 0\n"
+        f"print('\\nPROBE ' + json.dumps([code, [m for m in {HELP_NEEDS_NONE_OF!r} "
+        "if m in sys.modules]]))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60,
+        check=True,
+    )  # fmt: skip
+    assert json.loads(done.stdout.rsplit("PROBE ", 1)[-1]) == [0, []]
+
+
+def test_plan_help_names_the_planners_own_non_torch_default() -> None:
+    """--non-torch-gib's shown default (written without importing the planner) is the
+    planner's constant, and leaving the option out plans with that constant."""
+    from servekit.cli.plan import NON_TORCH_DEFAULT_TEXT
+    from servekit.plan.fit import NON_TORCH_INCREASE_BYTES
+    from servekit.units import GIB
+
+    assert NON_TORCH_DEFAULT_TEXT.split(",")[0] == f"{NON_TORCH_INCREASE_BYTES / GIB:g}"
+    result = CliRunner().invoke(cli, ["plan", "--help"], terminal_width=200)
+    assert f"default: ({NON_TORCH_DEFAULT_TEXT})" in result.output
+    given = CliRunner().invoke(
+        cli, ["plan", "minimax-m3-mxfp8-8xa800", "--json", "--non-torch-gib",
+              f"{NON_TORCH_INCREASE_BYTES / GIB:g}"],
+    )  # fmt: skip
+    left_out = CliRunner().invoke(cli, ["plan", "minimax-m3-mxfp8-8xa800", "--json"])
+    assert given.exit_code == left_out.exit_code == 0, given.output
+    assert given.stdout == left_out.stdout

@@ -151,7 +151,7 @@ def test_unknown_model_type_is_one_line(llama: Path, monkeypatch: pytest.MonkeyP
             fix="state model.architecture (num_hidden_layers, hidden_size, ...) in a profile",
         )
 
-    monkeypatch.setattr("servekit.cli._model_profile.model_facts_from_config", refuse)
+    monkeypatch.setattr("servekit.plan.model_config.model_facts_from_config", refuse)
     for command in (["profiles", "new", "x"], ["plan"]):
         code, _, err = run(*command, "--model-config", str(llama), "--gpu", "h100", "--gpus", "1")
         assert "brand_new" in _one_line_error(code, err)

@@ -19,8 +19,8 @@ def no_fit(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*_args: object, **_kwargs: object) -> None:
         raise AssertionError("the fit ran before the output path was checked")
 
-    monkeypatch.setattr("servekit.cli.sim_fit.read_runs", refuse)
-    monkeypatch.setattr("servekit.cli.sim_fit.calibrate", refuse)
+    monkeypatch.setattr("servekit.bench.run_points.read_runs", refuse)
+    monkeypatch.setattr("servekit.sim.calibrate.calibrate", refuse)
 
 
 def fit(tmp_path: Path, output: str) -> tuple[int, str]:

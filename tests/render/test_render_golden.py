@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from servekit.errors import ConfigError, UsageError
+from servekit.names import TARGETS
 from servekit.profiles import Profile, load_profile
 from servekit.profiles.loader import BUILTIN_DIR
-from servekit.render import TARGETS, render
+from servekit.render import render
 from servekit.render._container import MULTI_NODE_TARGETS
 
 GOLDEN_DIR = Path(__file__).parent / "golden"

@@ -5,13 +5,14 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from servekit.errors import ConfigError
-from servekit.profiles import load_profile
-from servekit.runtime.state import EngineState, read_state, state_path
+
+if TYPE_CHECKING:
+    from servekit.runtime.state import EngineState
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
@@ -31,6 +32,9 @@ def known_engine(
     Raises:
         ConfigError: `up` has not started an engine for it (in this state directory).
     """
+    from servekit.profiles import load_profile
+    from servekit.runtime.state import read_state, state_path
+
     # A profile name is a state file name; a path to a profile file is loaded for its name.
     by_name = _NAME.fullmatch(profile) is not None and not profile.endswith((".yaml", ".yml"))
     name = profile if by_name else load_profile(profile, extra_dirs=profiles_dirs).name

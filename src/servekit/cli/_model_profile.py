@@ -10,22 +10,16 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from servekit.cli._profile_io import read_config_json
 from servekit.errors import UsageError
-from servekit.hardware import lookup_gpu
-from servekit.plan.checkpoint import CONFIG_FILE, CheckpointInfo, read_checkpoint
-from servekit.plan.model_config import model_facts_from_config
-from servekit.plan.new_profile import (
-    NEWEST_KNOWN_ENGINE,
-    check_engine_version,
-    fill_serve_defaults,
-    new_profile_document,
-)
-from servekit.profiles import Profile, profile_from_data
+from servekit.names import NEWEST_KNOWN_ENGINE
+
+if TYPE_CHECKING:
+    from servekit.plan.checkpoint import CheckpointInfo
+    from servekit.profiles import Profile
 
 
 def model_profile_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -67,6 +61,17 @@ def build_profile(
         UsageError: --gpu or --gpus missing, or a bad --engine-version or --set.
         ConfigError: the config lacks facts, the GPU is unknown, or the settings contradict.
     """
+    from servekit.cli._profile_io import read_config_json
+    from servekit.hardware import lookup_gpu
+    from servekit.plan.checkpoint import CONFIG_FILE, read_checkpoint
+    from servekit.plan.model_config import model_facts_from_config
+    from servekit.plan.new_profile import (
+        check_engine_version,
+        fill_serve_defaults,
+        new_profile_document,
+    )
+    from servekit.profiles import profile_from_data
+
     if not gpu_name or not gpus:
         raise UsageError(
             "--model-config needs --gpu and --gpus",

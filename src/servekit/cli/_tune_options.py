@@ -11,7 +11,7 @@ import click
 
 from servekit.cli._traffic_options import session_options, trace_options
 from servekit.cli._values import FiniteFloat
-from servekit.runtime.launch import RUNTIMES
+from servekit.names import RUNTIMES
 
 Command = TypeVar("Command", bound=Callable[..., Any])
 

@@ -4,14 +4,10 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from servekit import __version__
-from servekit.analyze.slo import parse_slo
-from servekit.bench.summary import run_bench
-from servekit.cli._bench_spec import bench_inputs
 from servekit.cli._output import (
     emit_json,
     json_option,
@@ -19,14 +15,13 @@ from servekit.cli._output import (
     redacted_errors,
     stdout_console,
 )
-from servekit.cli._rebuild import rebuild_summary
 from servekit.cli._token_options import token_options
 from servekit.cli._traffic_options import traffic_options
 from servekit.cli._values import FiniteFloat
 from servekit.errors import UsageError
-from servekit.report.live import LiveProgress
-from servekit.report.tables import summary_tables
-from servekit.results.summary import Summary
+
+if TYPE_CHECKING:
+    from servekit.results.summary import Summary
 
 
 # fmt: off
@@ -92,6 +87,12 @@ def bench_command(as_json: bool, out: Path | None, slo: str | None, force: bool,
     --max-failure-rate allows, 130 Ctrl-C, 143 SIGTERM; the summary of what finished is
     written either way.
     """
+    from servekit import __version__
+    from servekit.analyze.slo import parse_slo
+    from servekit.bench.summary import run_bench
+    from servekit.cli._bench_spec import bench_inputs
+    from servekit.cli._rebuild import rebuild_summary
+    from servekit.report.live import LiveProgress
     if resummarize is not None:
         return _show(rebuild_summary(resummarize, force=force), as_json)
     if out is None:
@@ -112,6 +113,7 @@ def bench_command(as_json: bool, out: Path | None, slo: str | None, force: bool,
 
 
 def _show(summary: Summary, as_json: bool) -> None:
+    from servekit.report.tables import summary_tables
     if as_json:
         emit_json(summary.as_json())
         return

@@ -6,14 +6,9 @@ from pathlib import Path
 
 import click
 
-from servekit.analyze.compare import compare_runs, speculation_facts
-from servekit.bench.store import read_summary
 from servekit.cli._output import emit_json, json_option, stdout_console
 from servekit.cli._values import FiniteFloat
 from servekit.errors import ServekitError
-from servekit.report.build import summary_profile
-from servekit.report.tables import compare_table
-from servekit.results.compare import ComparedRuns
 
 
 @click.command("compare")
@@ -26,6 +21,12 @@ def compare_command(
     run_a: Path, run_b: Path, per_stream_target: float | None, as_json: bool
 ) -> None:
     """Compare two runs (EAGLE3 on against off, say): deltas per load, crossover, advice."""
+    from servekit.analyze.compare import compare_runs, speculation_facts
+    from servekit.bench.store import read_summary
+    from servekit.report.build import summary_profile
+    from servekit.report.tables import compare_table
+    from servekit.results.compare import ComparedRuns
+
     a, b = read_summary(run_a), read_summary(run_b)
     name, max_batch, k = speculation_facts([summary_profile(a), summary_profile(b)])
     doc = compare_runs(

@@ -7,8 +7,6 @@ from pathlib import Path
 import click
 
 from servekit.cli._output import emit_json, json_option, make_out_dir
-from servekit.demo import run_demo
-from servekit.sim.faults import parse_fault
 
 
 @click.command("demo")
@@ -31,6 +29,9 @@ from servekit.sim.faults import parse_fault
 @json_option
 def demo_command(out: Path, quick: bool, faults: tuple[str, ...], as_json: bool) -> None:
     """Plan, render, launch the simulator, validate, sweep, compare EAGLE3 on/off, report."""
+    from servekit.demo import run_demo
+    from servekit.sim.faults import parse_fault
+
     for fault in faults:
         parse_fault(fault, name="--fault")  # a bad fault is a usage error before anything starts
 

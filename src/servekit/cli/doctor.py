@@ -13,12 +13,8 @@ from servekit.cli._output import (
     set_option,
     stdout_console,
 )
-from servekit.doctor.run import examine
 from servekit.errors import ChecksFailed
-from servekit.profiles import load_profile
-from servekit.report.doctor_view import print_doctor
-
-RUNTIMES = ("docker", "process")
+from servekit.names import RUNTIMES
 
 
 @click.command("doctor")
@@ -54,6 +50,10 @@ def doctor_command(
     Findings have a severity: error (the launch will fail or misbehave), warning, or
     info. Exit code 3 when any finding is an error (with --strict, also a warning).
     """
+    from servekit.doctor.run import examine
+    from servekit.profiles import load_profile
+    from servekit.report.doctor_view import print_doctor
+
     prof = load_profile(profile, extra_dirs=profiles_dirs, overrides=overrides)
     result = examine(prof, runtime=runtime, model_dir=model_dir, strict=strict)
     if as_json:

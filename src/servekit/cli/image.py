@@ -13,9 +13,6 @@ from servekit.cli._output import (
     profiles_dir_option,
     set_option,
 )
-from servekit.profiles import load_profile
-from servekit.render.image import describe_patches, plan_document
-from servekit.runtime.image_build import build_image, prepare_build
 
 
 @click.group("image")
@@ -54,6 +51,10 @@ def build_command(
     as_json: bool,
 ) -> None:
     """Build engine.patched_image_tag: engine.image with the profile's patches applied."""
+    from servekit.profiles import load_profile
+    from servekit.render.image import describe_patches, plan_document
+    from servekit.runtime.image_build import build_image, prepare_build
+
     prof = load_profile(profile, extra_dirs=profiles_dirs, overrides=overrides)
     prepared = prepare_build(
         prof,

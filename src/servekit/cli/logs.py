@@ -12,19 +12,13 @@ from pathlib import Path
 import click
 
 from servekit.cli._engine import known_engine, state_dir_option
-from servekit.cli._log_file import log_line_batches
 from servekit.cli._output import (
     emit_json,
     json_option,
     profiles_dir_option,
     stdout_console,
 )
-from servekit.doctor.log_analysis import LogAnalyzer, log_analysis_to_json
 from servekit.errors import ChecksFailed, StartupLogError
-from servekit.hardware import lookup_gpu
-from servekit.report.log_view import print_analysis
-from servekit.runtime.follow import show_log
-from servekit.runtime.state import state_dir as default_state_dir
 
 
 class _LogsGroup(click.Group):
@@ -59,6 +53,9 @@ def show_command(
     profiles_dirs: tuple[str, ...],
 ) -> None:
     """Print the log of the engine `servekit up PROFILE` started (also: servekit logs PROFILE)."""
+    from servekit.runtime.follow import show_log
+    from servekit.runtime.state import state_dir as default_state_dir
+
     _, state = known_engine(state_dir or default_state_dir(None), profile, profiles_dirs)
     click.get_current_context().exit(show_log(state, tail=tail, follow=follow, echo=click.echo))
 
@@ -78,6 +75,11 @@ def analyze_command(file: Path, gpu: str | None, quantization: str | None, as_js
     Exit 0 for a log without failures, 3 when the log holds a failure signature
     (illegal memory access, CUDA OOM, a dead engine, max_model_len not fitting...).
     """
+    from servekit.cli._log_file import log_line_batches
+    from servekit.doctor.log_analysis import LogAnalyzer, log_analysis_to_json
+    from servekit.hardware import lookup_gpu
+    from servekit.report.log_view import print_analysis
+
     capability = lookup_gpu(gpu).compute_capability if gpu else None
     analyzer = LogAnalyzer(compute_capability=capability, quantization=quantization)
     for lines in log_line_batches(file):  # streamed: a log of any size, bounded memory

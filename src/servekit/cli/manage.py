@@ -11,9 +11,6 @@ from servekit.cli._engine import known_engine, state_dir_option
 from servekit.cli._output import emit_json, json_option, profiles_dir_option, stdout_console
 from servekit.cli._values import FiniteFloat
 from servekit.errors import ChecksFailed
-from servekit.runtime.control import engine_status, stop
-from servekit.runtime.state import remove_state
-from servekit.runtime.state import state_dir as default_state_dir
 
 
 @click.command("down")
@@ -28,6 +25,10 @@ def down_command(
     as_json: bool,
 ) -> None:  # fmt: skip
     """Stop exactly the engine `servekit up PROFILE` started (process group or container)."""
+    from servekit.runtime.control import stop
+    from servekit.runtime.state import remove_state
+    from servekit.runtime.state import state_dir as default_state_dir
+
     directory = state_dir or default_state_dir(None)
     name, state = known_engine(directory, profile, profiles_dirs)
     done = stop(state, grace_s=grace)
@@ -50,6 +51,9 @@ def status_command(
 
     Exit 0 when it runs and /health answers 200, 3 otherwise.
     """
+    from servekit.runtime.control import engine_status
+    from servekit.runtime.state import state_dir as default_state_dir
+
     name, state = known_engine(state_dir or default_state_dir(None), profile, profiles_dirs)
     status = engine_status(state)
     if as_json:

@@ -14,25 +14,14 @@ from servekit.cli._output import (
     set_option,
     stdout_console,
 )
-from servekit.cli._plan_source import (
-    calibrate_profile,
-    check_model_dir,
-    plan_profile,
-    read_figures,
-)
 from servekit.cli._values import FiniteFloat
 from servekit.errors import PlanError
-from servekit.hardware import lookup_gpu
-from servekit.plan import plan_inputs, plan_to_json
-from servekit.plan.calibrate import calibrated_plan
-from servekit.plan.checkpoint import architecture_from_config, read_checkpoint
-from servekit.plan.fit import NON_TORCH_INCREASE_BYTES, misfit_parts
-from servekit.plan.reconcile import attribute_kv, log_mismatches, reconcile, reconcile_to_json
-from servekit.report.plan_view import plan_view
-from servekit.results.plan import CheckpointBlock
 from servekit.units import GIB
 
 MAX_NON_TORCH_GIB = 1024.0
+# The planner's own allowance (plan.fit's NON_TORCH_INCREASE_BYTES), named here without
+# importing the planner, so --help stays cheap; a test checks the two agree.
+NON_TORCH_DEFAULT_TEXT = "0.25, the planner's"
 _LOG = click.Path(exists=True, dir_okay=False, path_type=Path)
 
 
@@ -55,8 +44,7 @@ _LOG = click.Path(exists=True, dir_okay=False, path_type=Path)
 @click.option(
     "--non-torch-gib",
     type=FiniteFloat(min=0, max=MAX_NON_TORCH_GIB),
-    default=NON_TORCH_INCREASE_BYTES / GIB,
-    show_default=True,
+    show_default=NON_TORCH_DEFAULT_TEXT,
     help="Non-torch memory vLLM's profiling adds per GPU (unless the profile has a measured one).",
 )
 @profiles_dir_option
@@ -71,7 +59,7 @@ def plan_command(
     from_log: Path | None,
     calibrate_from_log: Path | None,
     model_dir: Path | None,
-    non_torch_gib: float,
+    non_torch_gib: float | None,
     profiles_dirs: tuple[str, ...],
     as_json: bool,
 ) -> None:
@@ -79,6 +67,21 @@ def plan_command(
 
     Plan PROFILE, or a model straight from --model-config PATH --gpu GPU --gpus N.
     """
+    from servekit.cli._plan_source import (
+        calibrate_profile,
+        check_model_dir,
+        plan_profile,
+        read_figures,
+    )
+    from servekit.hardware import lookup_gpu
+    from servekit.plan import plan_inputs, plan_to_json
+    from servekit.plan.calibrate import calibrated_plan
+    from servekit.plan.checkpoint import architecture_from_config, read_checkpoint
+    from servekit.plan.fit import NON_TORCH_INCREASE_BYTES, misfit_parts
+    from servekit.plan.reconcile import attribute_kv, log_mismatches, reconcile, reconcile_to_json
+    from servekit.report.plan_view import plan_view
+    from servekit.results.plan import CheckpointBlock
+
     if model_dir is not None:
         check_model_dir(model_dir)
     args = (profile, model_config, gpu, gpus, engine_version, overrides, profiles_dirs)
@@ -86,7 +89,8 @@ def plan_command(
     checkpoint = read_checkpoint(model_dir) if model_dir else checkpoint
     arch = architecture_from_config(checkpoint.config) if model_dir and checkpoint else None
     inputs = plan_inputs(prof, lookup_gpu(prof.hardware.gpu), arch)
-    plan, measured = calibrated_plan(prof, inputs, non_torch_gib * GIB)
+    non_torch = NON_TORCH_INCREASE_BYTES if non_torch_gib is None else non_torch_gib * GIB
+    plan, measured = calibrated_plan(prof, inputs, non_torch)
     log = from_log or calibrate_from_log
     figures = read_figures(log) if log else None
     if calibrate_from_log is not None and figures is not None:

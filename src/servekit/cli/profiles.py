@@ -16,8 +16,6 @@ from servekit.cli._output import (
 )
 from servekit.cli.profiles_new import new_command
 from servekit.errors import ServekitError
-from servekit.profiles import available_profiles, load_profile
-from servekit.render import container_image
 
 
 @click.group("profiles")
@@ -33,6 +31,9 @@ profiles_group.add_command(new_command)
 @json_option
 def list_command(profiles_dirs: tuple[str, ...], as_json: bool) -> None:
     """List every profile with its model, GPUs and engine image."""
+    from servekit.profiles import available_profiles, load_profile
+    from servekit.render import container_image
+
     rows: list[dict[str, str]] = []
     for ref in available_profiles(profiles_dirs).values():
         try:
@@ -72,6 +73,8 @@ def show_command(
     name: str, overrides: tuple[str, ...], profiles_dirs: tuple[str, ...], as_json: bool
 ) -> None:
     """Print a profile with `extends:` merged and overrides applied, as YAML (or JSON)."""
+    from servekit.profiles import load_profile
+
     profile = load_profile(name, extra_dirs=profiles_dirs, overrides=overrides)
     document = profile.model_dump(mode="json", by_alias=True, exclude_none=True)
     if as_json:

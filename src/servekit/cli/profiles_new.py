@@ -6,13 +6,9 @@ from pathlib import Path
 
 import click
 
-from servekit.bench.store import write_atomically
-from servekit.cli._model_profile import build_profile, model_profile_options
+from servekit.cli._model_profile import model_profile_options
 from servekit.cli._output import set_option
-from servekit.cli._profile_io import profile_yaml
 from servekit.errors import UsageError
-from servekit.profiles import check_profile_output
-from servekit.profiles.schema import profile_name_problem, safe_profile_name
 
 
 @click.command("new")
@@ -40,6 +36,12 @@ def new_command(
     gpu_memory_utilization, kv_cache_dtype, max_num_seqs, quantization, ...); what is
     not set gets that vLLM version's default, and model.sources says where each came from.
     """
+    from servekit.bench.store import write_atomically
+    from servekit.cli._model_profile import build_profile
+    from servekit.cli._profile_io import profile_yaml
+    from servekit.profiles import check_profile_output
+    from servekit.profiles.schema import profile_name_problem, safe_profile_name
+
     if model_config is None:
         raise UsageError("profiles new needs --model-config PATH", fix="give a config.json")
     if (problem := profile_name_problem(name)) is not None:

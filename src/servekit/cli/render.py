@@ -13,8 +13,7 @@ from servekit.cli._output import (
     set_option,
 )
 from servekit.errors import ConfigError
-from servekit.profiles import load_profile
-from servekit.render import TARGETS, render, vllm_serve_command
+from servekit.names import TARGETS
 
 
 @click.command("render")
@@ -44,6 +43,9 @@ def render_command(
     as_json: bool,
 ) -> None:
     """Render exact launch artifacts: vllm serve args, docker run, compose, k8s or a script."""
+    from servekit.profiles import load_profile
+    from servekit.render import render, vllm_serve_command
+
     prof = load_profile(profile, extra_dirs=profiles_dirs, overrides=overrides)
     text = render(prof, target)
     if output is not None:

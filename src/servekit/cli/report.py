@@ -6,11 +6,9 @@ from pathlib import Path
 
 import click
 
-from servekit.bench.store import read_tune
 from servekit.cli._output import emit_json, json_option
 from servekit.cli._values import FiniteFloat
 from servekit.errors import UsageError
-from servekit.report.build import write_report
 
 
 @click.command("report")
@@ -40,6 +38,9 @@ def report_command(
 ) -> None:
     """Write report.html (self-contained), report.md and PNG plots for one or more runs
     (and a servekit tune run with --tune)."""
+    from servekit.bench.store import read_tune
+    from servekit.report.build import write_report
+
     if not runs and tune_path is None:
         raise UsageError("report needs a run directory or --tune DIR", fix="give one or both")
     tune = read_tune(tune_path) if tune_path is not None else None

@@ -8,9 +8,6 @@ from typing import Any
 
 import click
 
-from servekit import __version__
-from servekit.analyze.slo import parse_slo
-from servekit.bench.store import RUN_FILES, RecordWriter, check_run_dir, write_summary
 from servekit.cli._output import (
     emit_json,
     json_option,
@@ -18,15 +15,10 @@ from servekit.cli._output import (
     set_option,
     stdout_console,
 )
-from servekit.cli._sim_points import sim_points
 from servekit.cli._traffic_options import session_options, trace_options
 from servekit.cli._values import FiniteFloat
 from servekit.cli.sim_fit import fit_command
 from servekit.cli.sim_serve import serve_command
-from servekit.profiles import load_profile
-from servekit.report.tables import summary_tables
-from servekit.sim.build import build_engine
-from servekit.sim.sweep import simulate_sweep, sweep_summary
 
 
 @click.group("sim")
@@ -73,6 +65,14 @@ def run_command(
     multi-turn sessions (--conversations, --turns) and agent loops (--agent), with the
     simulated engine's prefix cache.
     """
+    from servekit import __version__
+    from servekit.analyze.slo import parse_slo
+    from servekit.bench.store import RUN_FILES, RecordWriter, check_run_dir, write_summary
+    from servekit.cli._sim_points import sim_points
+    from servekit.profiles import load_profile
+    from servekit.report.tables import summary_tables
+    from servekit.sim.build import build_engine
+    from servekit.sim.sweep import simulate_sweep, sweep_summary
     objectives = parse_slo(slo, option="--slo") if slo else None
     if out is not None:
         check_run_dir(out, RUN_FILES, force=force)  # before the simulation, not after it

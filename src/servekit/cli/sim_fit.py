@@ -7,13 +7,8 @@ from pathlib import Path
 import click
 import yaml
 
-from servekit.bench.run_points import read_runs
 from servekit.cli._output import emit_json, json_option, profiles_dir_option, stdout_console
 from servekit.errors import ConfigError
-from servekit.profiles import check_profile_output, load_profile
-from servekit.report.tables import calibration_table, coefficients_table
-from servekit.sim.calibrate import calibrate
-from servekit.sim.fit import calibrated_profile, calibration_json
 
 _RUN_DIR = click.Path(exists=True, file_okay=False, path_type=Path)
 
@@ -51,6 +46,12 @@ def fit_command(
     as_json: bool,
 ) -> None:
     """Fit the step-time model and acceptance to RUN_DIRs' engine steps; report the errors."""
+    from servekit.bench.run_points import read_runs
+    from servekit.profiles import check_profile_output, load_profile
+    from servekit.report.tables import calibration_table, coefficients_table
+    from servekit.sim.calibrate import calibrate
+    from servekit.sim.fit import calibrated_profile, calibration_json
+
     if output is not None:
         check_profile_output(output)  # before the work: a fit takes seconds to minutes
     profile = load_profile(profile_name, extra_dirs=profiles_dirs)

@@ -11,10 +11,7 @@ import click
 from servekit.cli._output import json_option, profiles_dir_option, set_option
 from servekit.cli._values import FiniteFloat
 from servekit.errors import UsageError
-from servekit.profiles import load_profile
-from servekit.sim.faults import ACCEPTED_FORMS, parse_faults
-from servekit.sim.server import serve
-from servekit.sim.textgen import TokenText
+from servekit.sim.faults import ACCEPTED_FORMS
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -99,6 +96,11 @@ def serve_command(
     Answers with max_tokens have exactly that many tokens (as with ignore_eos); a complete
     tool call ends early; without max_tokens an answer is 256 tokens and ends with "stop".
     """
+    from servekit.profiles import load_profile
+    from servekit.sim.faults import parse_faults
+    from servekit.sim.server import serve
+    from servekit.sim.textgen import TokenText
+
     faults = parse_faults(fault_values, name="--fault")
     if empty_token_share + split_char_share > 1:
         raise UsageError(

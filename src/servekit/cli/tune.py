@@ -8,10 +8,6 @@ import click
 
 from servekit.cli._output import emit_json, json_option, profiles_dir_option, set_option
 from servekit.cli._tune_options import tune_options
-from servekit.cli._tune_spec import tune_spec
-from servekit.report.build import write_report
-from servekit.report.tune_view import TerminalEvents, print_tune
-from servekit.tune.run import run_tune
 
 
 @click.command("tune")
@@ -32,6 +28,11 @@ def tune_command(profile: str, as_json: bool, **opts: Any) -> None:
     refitted when it was off by more than --verify-bound. Writes tune.json, the winner as a
     profile extending PROFILE with its launch command, and a report (OUT/report).
     """
+    from servekit.cli._tune_spec import tune_spec
+    from servekit.report.build import write_report
+    from servekit.report.tune_view import TerminalEvents, print_tune
+    from servekit.tune.run import run_tune
+
     spec = tune_spec(profile, opts)
     events = TerminalEvents(quiet=as_json)
     doc = run_tune(spec, events)

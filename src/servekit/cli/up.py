@@ -16,15 +16,8 @@ from servekit.cli._output import (
     stdout_console,
 )
 from servekit.cli._values import FiniteFloat
-from servekit.doctor.log_analysis import analyze_log
 from servekit.errors import Interrupted
-from servekit.profiles import load_profile
-from servekit.report.log_view import print_analysis
-from servekit.report.startup_view import print_ready, print_started, stage_progress
-from servekit.runtime.control import served_models
-from servekit.runtime.follow import wait_until_ready
-from servekit.runtime.launch import RUNTIMES, not_ready_error, start_engine
-from servekit.runtime.state import state_dir as default_state_dir
+from servekit.names import RUNTIMES
 
 
 @click.command("up")
@@ -59,6 +52,15 @@ def up_command(
     when the engine exits or is not ready in time (the log's failures and matching
     known issues are printed).
     """
+    from servekit.doctor.log_analysis import analyze_log
+    from servekit.profiles import load_profile
+    from servekit.report.log_view import print_analysis
+    from servekit.report.startup_view import print_ready, print_started, stage_progress
+    from servekit.runtime.control import served_models
+    from servekit.runtime.follow import wait_until_ready
+    from servekit.runtime.launch import not_ready_error, start_engine
+    from servekit.runtime.state import state_dir as default_state_dir
+
     prof = load_profile(profile, extra_dirs=profiles_dirs, overrides=overrides)
     directory = state_dir or default_state_dir(None)
     state = start_engine(prof, directory, runtime=runtime, launcher=launcher, python=python)

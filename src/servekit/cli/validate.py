@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from servekit.bench.store import VALIDATE_FILES, prepare_run_dir
 from servekit.cli._output import (
     emit_json,
     json_option,
@@ -18,13 +17,10 @@ from servekit.cli._output import (
     stdout_console,
 )
 from servekit.cli._values import FiniteFloat, parse_json_object, parse_numbers
-from servekit.client.address import server_address
 from servekit.errors import ChecksFailed, UsageError
-from servekit.profiles import load_profile
-from servekit.report.tables import checks_table
-from servekit.results.validate import ValidateDocument
-from servekit.validate.context import ValidateSpec
-from servekit.validate.runner import CheckResult, check_names, run_validate
+
+if TYPE_CHECKING:
+    from servekit.validate.context import ValidateSpec
 
 
 # fmt: off
@@ -55,6 +51,10 @@ from servekit.validate.runner import CheckResult, check_names, run_validate
 def validate_command(as_json: bool, out: Path | None, force: bool, **opts: Any) -> None:
     # fmt: on
     """Check an endpoint is fit to serve: health, chat, reasoning, tools, long context, ladder."""
+    from servekit.bench.store import VALIDATE_FILES, prepare_run_dir
+    from servekit.report.tables import checks_table
+    from servekit.results.validate import ValidateDocument
+    from servekit.validate.runner import CheckResult, run_validate
     spec = _spec(opts)
     if out is not None:
         prepare_run_dir(out, VALIDATE_FILES, force=force)
@@ -78,6 +78,10 @@ def validate_command(as_json: bool, out: Path | None, force: bool, **opts: Any) 
 
 
 def _spec(opts: dict[str, Any]) -> ValidateSpec:
+    from servekit.client.address import server_address
+    from servekit.profiles import load_profile
+    from servekit.validate.context import ValidateSpec
+    from servekit.validate.runner import check_names
     name = opts["profile"]
     prof = load_profile(name, extra_dirs=opts["profiles_dirs"]) if name else None
     url = opts["url"] or (f"http://127.0.0.1:{prof.deploy.port}" if prof else None)

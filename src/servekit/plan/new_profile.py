@@ -38,14 +38,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from servekit.errors import ConfigError, UsageError
+from servekit.names import NEWEST_KNOWN_ENGINE
 from servekit.plan.engine_rules import release_or_zero
 from servekit.plan.model_config import ModelFacts
 from servekit.specs import GpuSpec
 from servekit.units import GIB, MIB
 
-# The newest vLLM release whose accounting and defaults servekit has read (the installed
-# v0.32.0 in servekit's development environment); `profiles new` defaults to it.
-NEWEST_KNOWN_ENGINE = "0.32.0"
 ENGINE_IMAGE = "vllm/vllm-openai"
 _LENGTH_KEYS = (
     "max_position_embeddings", "n_positions", "max_seq_len", "seq_length",

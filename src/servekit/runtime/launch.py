@@ -58,7 +58,6 @@ from servekit.runtime.state import (
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
 """The API server module; `python -m` of it works where the `vllm` script does not."""
 
-RUNTIMES = ("process", "docker")
 _TAIL_BYTES = 16_384  # how much of an engine log's end is read for its last error
 
 
