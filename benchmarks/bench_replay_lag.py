@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from servekit.analyze.traffic import ScheduleBound, schedule_block
-from servekit.bench import runner
+from servekit.bench import loops
 from servekit.bench.replay import trace_prompts
 from servekit.bench.runner import run_points
 from servekit.bench.spec import BenchSpec, PointSpec
@@ -141,7 +141,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.no_spin:  # the open loop as it was: one asyncio.sleep to the send time
-        runner.SPIN_LEAD_NS = 0
+        loops.SPIN_LEAD_NS = 0
     if hasattr(os, "sched_setaffinity") and shutil.which("taskset"):
         os.sched_setaffinity(0, {0})
     proc, url = start_server()

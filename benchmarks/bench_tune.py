@@ -24,9 +24,10 @@ from servekit.analyze.slo import parse_slo
 from servekit.profiles import load_profile
 from servekit.sim.build import profile_step_params
 from servekit.tune.evaluate import SimModel, Simulator
-from servekit.tune.run import TuneSpec, run_tune
+from servekit.tune.run import run_tune
 from servekit.tune.search import candidates
 from servekit.tune.space import default_space
+from servekit.tune.spec import TuneSpec
 from servekit.tune.workload import TuneWorkload
 
 PROFILE = "minimax-m3-mxfp8-8xa800"

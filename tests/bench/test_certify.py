@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from servekit.bench.runner import _token_mismatch, certify
+from servekit.bench.selfcheck import certify, token_mismatch
 from servekit.bench.store import RecordWriter
 from servekit.client.urls import redact_url
 from servekit.errors import ServekitError, UsageError
@@ -33,10 +33,10 @@ def test_certify_flags_a_lagging_or_busy_client() -> None:
 
 def test_token_mismatch_only_when_all_succeeded() -> None:
     """A server counter that disagrees with the client's tokens is flagged, if comparable."""
-    assert _token_mismatch([rec(5), rec(5)], 10) == []
-    assert "generated 12 tokens" in _token_mismatch([rec(5), rec(5)], 12)[0]
-    assert _token_mismatch([rec(5), rec(0, ok=False)], 12) == []
-    assert _token_mismatch([rec(5)], None) == []
+    assert token_mismatch([rec(5), rec(5)], 10) == []
+    assert "generated 12 tokens" in token_mismatch([rec(5), rec(5)], 12)[0]
+    assert token_mismatch([rec(5), rec(0, ok=False)], 12) == []
+    assert token_mismatch([rec(5)], None) == []
 
 
 def test_redact_url_drops_credentials() -> None:

@@ -12,14 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from servekit.bench.loops import ClientLoad, Share, closed_taker, send_share
 from servekit.bench.requests import api_path, request_body
-from servekit.bench.runner import (
-    ClientLoad,
-    Share,
-    closed_taker,
-    run_points,
-    send_share,
-)
+from servekit.bench.runner import run_points
 from servekit.bench.spec import BenchSpec, PointSpec
 from servekit.bench.store import RecordWriter, read_records
 from servekit.client.endpoint import Endpoint

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from servekit.bench.loops import Share
 from servekit.bench.pool import shares, split
 from servekit.bench.requests import request_body
-from servekit.bench.runner import Share
 from servekit.bench.spec import BenchSpec
 from servekit.bench.store import read_records
 from servekit.bench.summary import redact_argv

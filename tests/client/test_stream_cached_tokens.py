@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from servekit.bench.runner import to_record
+from servekit.bench.requests import to_record
 from servekit.client.http import TimedStream
 from servekit.client.stream import StreamReader, StreamResult
 

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from servekit.kb import known_issues, match_log_lines
 from servekit.lines import line_starts, matching_lines
-from servekit.plan.startup_log import LINE_HINTS, LINE_RES, parse_startup_log
+from servekit.plan.startup_log import parse_startup_log
+from servekit.plan.startup_patterns import LINE_HINTS, LINE_RES
 
 TESTS = Path(__file__).parents[1]
 SAMPLE_LOGS = sorted(

@@ -21,13 +21,11 @@ from servekit.plan.fidelity import (
     Unplanned,
     compare_entry,
     distribution,
-    engine_version,
     join_config,
     launch_plan,
     parse_corpus,
-    resolve_gpu,
-    serve_sets,
 )
+from servekit.plan.fidelity_settings import engine_version, resolve_gpu, serve_sets
 from servekit.units import GIB
 
 CORPUS = Path(__file__).resolve().parents[2] / "benchmarks" / "corpus" / "real-startups"

@@ -11,12 +11,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from servekit.plan.startup_log import (
-    FAILURE_KINDS,
     LogFailure,
     MaxLenShortfall,
     StartupFigures,
     parse_startup_log,
 )
+from servekit.plan.startup_patterns import FAILURE_KINDS
 
 DATA = Path(__file__).parent / "data"
 

@@ -22,7 +22,7 @@ from servekit.records import RequestRecord
 from servekit.sim.engine import Engine, EngineLimits
 from servekit.sim.offline import LoadPoint, run_point
 from servekit.sim.sweep import simulate_sweep
-from servekit.sim.textgen import tokenize
+from servekit.sim.tokenizer import tokenize
 from servekit.sim.traffic import SessionsPoint, TracePoint, TraceTraffic, block_ids
 from servekit.workload.sessions import AgentSpec, Delay, SessionPlan, SessionsSpec, Turn
 from servekit.workload.synthetic import arrival_offsets

@@ -24,7 +24,8 @@ from servekit.sim.offline import LoadPoint, run_point
 from servekit.sim.params import StepTimeParams
 from servekit.sim.prefix_cache import BlockPool, CachedBlock, block_hashes
 from servekit.sim.server import make_app, make_runner
-from servekit.sim.textgen import Answer, iter_answer_token_ids, tokenize
+from servekit.sim.textgen import Answer, iter_answer_token_ids
+from servekit.sim.tokenizer import tokenize
 
 BS = 16
 STEP = StepTimeParams(base_ms=5.0, hbm_efficiency=0.6, compute_efficiency=0.4)

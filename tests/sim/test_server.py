@@ -30,7 +30,8 @@ from servekit.sim.build import build_engine
 from servekit.sim.engine import SimRequest
 from servekit.sim.faults import Faults
 from servekit.sim.server import make_app, make_runner, serve_async
-from servekit.sim.textgen import MARKERS, count_tokens
+from servekit.sim.textgen import MARKERS
+from servekit.sim.tokenizer import count_tokens
 
 pytestmark = pytest.mark.integration
 

@@ -15,22 +15,14 @@ from hypothesis import strategies as st
 
 from servekit.errors import SimulationError
 from servekit.sim._schema_args import arguments_for
-from servekit.sim.textgen import (
-    MARKERS,
+from servekit.sim.chat import Message, ToolSpec, choose_tool, render_chat, thinking_enabled
+from servekit.sim.textgen import MARKERS, Answer, AnswerRequest, generate_pieces, plan_answer
+from servekit.sim.tokenizer import (
     VOCABULARY,
-    Answer,
-    AnswerRequest,
-    Message,
-    ToolSpec,
-    choose_tool,
     count_tokens,
     detokenize,
-    generate_pieces,
     iter_pieces,
-    plan_answer,
-    render_chat,
     split_pieces,
-    thinking_enabled,
     token_id,
     tokenize,
 )
@@ -306,7 +298,10 @@ def test_a_huge_answer_plan_holds_no_text() -> None:
     assert [(s.kind, s.tokens) for s in first] == [("reasoning", 4)]
 
 
-@pytest.mark.parametrize("module", ["textgen.py", "_schema_args.py", "faults.py", "_openai.py"])
+@pytest.mark.parametrize(
+    "module",
+    ["textgen.py", "tokenizer.py", "chat.py", "_schema_args.py", "faults.py", "_openai.py"],
+)
 def test_core_modules_import_no_io(module: str) -> None:
     """The simulator's text, fault and wire-format modules stay pure (no asyncio/aiohttp)."""
     tree = ast.parse((SIM / module).read_text(encoding="utf-8"))

@@ -31,8 +31,8 @@ from multiprocessing.context import SpawnProcess
 from multiprocessing.sharedctypes import Synchronized
 from typing import Any
 
+from servekit.bench.loops import ClientLoad, Emit, Share, Taker, send_share
 from servekit.bench.requests import api_path
-from servekit.bench.runner import ClientLoad, Emit, Share, Taker, send_share
 from servekit.bench.spec import BenchSpec
 from servekit.client.endpoint import open_endpoint
 from servekit.errors import SimulationError
@@ -205,7 +205,7 @@ async def _exit_with_parent() -> None:
 
 
 def _shared_taker(counter: Synchronized[int], count: int, deadline_ns: int | None) -> Taker:
-    """Like `runner.closed_taker`, but the next index is shared by every worker process."""
+    """Like `loops.closed_taker`, but the next index is shared by every worker process."""
 
     def take() -> int | None:
         if deadline_ns is not None and time.monotonic_ns() >= deadline_ns:

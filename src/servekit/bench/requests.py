@@ -1,5 +1,6 @@
 """What a load test sends (shell): request bodies, every request of a run planned in order,
-and the one probe of whether the server returns token ids per streamed chunk.
+the one probe of whether the server returns token ids per streamed chunk, and the record
+each timed stream becomes (`to_record`).
 
 Bodies ask for usage on every chunk (`continuous_usage_stats`) and, when the probe found
 the server honours it, for `return_token_ids`: vLLM then puts each chunk's token ids in
@@ -17,7 +18,9 @@ from servekit.bench.replay import block_tokens_of, trace_prompts
 from servekit.bench.sizing import sized_prompts
 from servekit.bench.spec import BenchSpec, Planned
 from servekit.client.endpoint import Endpoint
+from servekit.client.http import TimedStream
 from servekit.client.stream import TOKEN_IDS
+from servekit.records import RequestRecord
 from servekit.workload.traces import Trace
 
 PROBE_TIMEOUT_S = 30.0
@@ -132,3 +135,29 @@ async def _plan_trace(
 def api_path(spec: BenchSpec) -> str:
     """The path requests go to: chat completions or completions."""
     return f"/v1/{'chat/completions' if spec.api == 'chat' else 'completions'}"
+
+
+def to_record(rid: str, point: str, scheduled_ns: int, timed: TimedStream) -> RequestRecord:
+    """Turn one timed stream into its record."""
+    r = timed.result
+    ok = r.error_kind is None
+    return RequestRecord(
+        id=rid,
+        point=point,
+        scheduled_ns=scheduled_ns,
+        sent_ns=timed.sent_ns,
+        first_token_ns=r.first_token_ns,
+        first_answer_ns=r.first_answer_ns,
+        end_ns=timed.end_ns,
+        chunk_ns=tuple(r.chunk_ns),
+        chunk_tokens=tuple(r.chunk_tokens),
+        text_chunks=r.text_chunks,
+        token_source=r.token_source,
+        prompt_tokens=r.prompt_tokens or 0,
+        output_tokens=(r.completion_tokens or sum(r.chunk_tokens)) if ok else 0,
+        cached_tokens=r.cached_tokens,
+        reasoning_tokens=r.reasoning_tokens,
+        finish_reason=r.finish_reason,
+        error_kind=r.error_kind,
+        error=r.error,
+    )

@@ -18,8 +18,8 @@ from servekit.profiles.loader import available_profiles
 from servekit.profiles.schema import Profile
 from servekit.runtime.state import state_dir as default_state_dir
 from servekit.tune.measure import EngineOptions
-from servekit.tune.run import TuneSpec, VerifyOptions
 from servekit.tune.space import default_space, read_space
+from servekit.tune.spec import TuneSpec, VerifyOptions
 
 
 def tune_spec(profile_ref: str, opts: dict[str, Any]) -> TuneSpec:

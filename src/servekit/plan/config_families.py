@@ -3,7 +3,8 @@
 Each reader turns a config's keys (`servekit.plan.config_keys.ConfigKeys`) into the
 architecture facts `servekit.specs.ArchitectureSpec` takes, with a source line per fact.
 How vLLM builds each family's layers is in the readers' comments
-(vllm/model_executor/models/<family>.py, vLLM 0.32 unless named).
+(vllm/model_executor/models/<family>.py, vLLM 0.32 unless named); the facts every family
+shares are read by `plan.config_layers`.
 """
 
 from __future__ import annotations
@@ -12,107 +13,30 @@ from collections.abc import Callable
 
 from servekit.errors import ModelDirError
 from servekit.plan.config_keys import FIX, NEEDED_KEYS, ConfigKeys, Facts, shown
-
-
-def _base(k: ConfigKeys) -> Facts:
-    """Layers, widths, heads, vocabulary, tied embeddings and dtype: every family's."""
-    hidden = k.req("hidden_size", fact="hidden_size")
-    heads = k.req("num_attention_heads", fact="num_attention_heads")
-    facts: Facts = {
-        "attention": "full",
-        "num_layers": k.req("num_hidden_layers", fact="num_layers"),
-        "hidden_size": hidden,
-        "num_attention_heads": heads,
-    }
-    kv = k.opt("num_key_value_heads", fact="num_kv_heads")
-    if kv is None:
-        kv = heads
-        k.note("num_kv_heads: num_key_value_heads absent, = num_attention_heads")
-    facts["num_kv_heads"] = kv
-    head_dim = k.opt("head_dim", fact="head_dim")
-    if head_dim is None:
-        head_dim = hidden // heads if heads > 0 else 0
-        k.note("head_dim: hidden_size / num_attention_heads")
-    facts["head_dim"] = head_dim
-    facts["vocab_size"] = k.req("vocab_size", fact="vocab_size")
-    tie, where = k.flag("tie_word_embeddings", False)
-    facts["tie_word_embeddings"] = tie
-    k.note(f"tie_word_embeddings: {where}")
-    dtype, where = k.find("torch_dtype")
-    if dtype is None:
-        dtype, where = k.find("dtype")
-    if dtype is not None:
-        facts["dtype"] = _serving_dtype(str(dtype))
-        if facts["dtype"] == str(dtype).removeprefix("torch."):
-            k.note(f"dtype: {where}")
-        else:
-            k.note(f"dtype: {where} says {dtype}; served as {facts['dtype']} (vLLM's dtype "
-                   "auto on a GPU)")  # fmt: skip
-    else:
-        k.note("dtype: torch_dtype absent, bfloat16 (vLLM's dtype auto)")
-    return facts
-
-
-def _serving_dtype(name: str) -> str:
-    dtype = name.removeprefix("torch.")
-    # vLLM's --dtype auto serves float32 checkpoints in bfloat16 on GPUs that have it.
-    return "bfloat16" if dtype == "float32" else dtype
-
-
-def _dense(k: ConfigKeys, facts: Facts, key: str = "intermediate_size") -> None:
-    facts["intermediate_size"] = k.req(key, fact="intermediate_size")
-
-
-def _layer_types(k: ConfigKeys, num_layers: int, allowed: frozenset[str]) -> tuple[list[str], str]:
-    value, where = k.find("layer_types")
-    if value is None:
-        return [], ""
-    if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
-        raise ModelDirError(f"model config layer_types is {shown(value)}, not a list", fix=FIX)
-    if len(value) != num_layers:
-        raise ModelDirError(
-            f"model config layer_types has {len(value)} entries for {num_layers} layers", fix=FIX
-        )
-    unknown = sorted(set(value) - allowed)
-    if unknown:
-        raise ModelDirError(
-            f"model_type {k.family!r} config has layer_types {', '.join(unknown)}, which "
-            "servekit cannot describe",
-            fix=f"state model.architecture in the profile by hand from {NEEDED_KEYS}",
-        )
-    return value, where
-
-
-def _sliding(k: ConfigKeys, facts: Facts, sliding: int, how: str, **extra: int) -> None:
-    """Record `sliding` sliding-window layers of `sliding_window` tokens."""
-    if sliding == 0:
-        k.note(f"local_attention: none ({how})")
-        return
-    window = k.req("sliding_window")
-    _, where = k.find("sliding_window")
-    facts["local_attention"] = {
-        "kind": "sliding_window",
-        "window": window,
-        "num_layers": sliding,
-        **extra,
-    }
-    k.note(f"local_attention: {how}, window {window} ({where})")
+from servekit.plan.config_layers import (
+    base_facts,
+    dense_mlp,
+    layer_types,
+    mla_attention,
+    moe_layers,
+    sliding_layers,
+)
 
 
 def _typed_or_uniform_sliding(k: ConfigKeys, facts: Facts) -> None:
     # vLLM's llama.py (Llama, Mistral, Mixtral's attention): layer_types gives each layer's
     # window; without it every layer takes the model's sliding_window (cache_config).
     layers = facts["num_layers"]
-    types, where = _layer_types(k, layers, frozenset({"sliding_attention", "full_attention"}))
+    types, where = layer_types(k, layers, frozenset({"sliding_attention", "full_attention"}))
     if types:
         n = types.count("sliding_attention")
-        _sliding(k, facts, n, f"{where} ({n} sliding_attention of {layers})")
+        sliding_layers(k, facts, n, f"{where} ({n} sliding_attention of {layers})")
         return
     window, where = k.find("sliding_window")
     if window is None:
         k.note(f"local_attention: none ({where or 'no sliding_window'})")
         return
-    _sliding(k, facts, layers, f"every layer ({where})")
+    sliding_layers(k, facts, layers, f"every layer ({where})")
 
 
 def _qwen_sliding(k: ConfigKeys, facts: Facts, *, per_layer: bool) -> None:
@@ -132,35 +56,12 @@ def _qwen_sliding(k: ConfigKeys, facts: Facts, *, per_layer: bool) -> None:
             f"(max_window_layers {first} < num_hidden_layers {layers}), which vLLM does not serve",
             fix="set use_sliding_window false or max_window_layers 0 in config.json",
         )
-    _sliding(k, facts, layers, f"every layer ({where} true)")
-
-
-def _moe(
-    k: ConfigKeys,
-    facts: Facts,
-    *,
-    experts: tuple[str, ...],
-    top_k: tuple[str, ...],
-    expert_size: tuple[str, ...],
-    shared: int = 0,
-    shared_size: int | None = None,
-    first_dense: int = 0,
-    step: int = 1,
-) -> None:
-    facts["moe"] = {
-        "num_experts": k.req(*experts, fact="moe.num_experts"),
-        "top_k": k.req(*top_k, fact="moe.top_k"),
-        "expert_intermediate_size": k.req(*expert_size, fact="moe.expert_intermediate_size"),
-        "num_shared_experts": shared,
-        "shared_expert_intermediate_size": shared_size,
-        "first_dense_layers": first_dense,
-        "layer_step": step,
-    }
+    sliding_layers(k, facts, layers, f"every layer ({where} true)")
 
 
 def _llama(k: ConfigKeys) -> Facts:
-    facts = _base(k)
-    _dense(k, facts)
+    facts = base_facts(k)
+    dense_mlp(k, facts)
     _typed_or_uniform_sliding(k, facts)
     return facts
 
@@ -171,7 +72,7 @@ def _mistral(k: ConfigKeys) -> Facts:
 
 def _mixtral(k: ConfigKeys) -> Facts:
     facts = _llama(k)
-    _moe(
+    moe_layers(
         k,
         facts,
         experts=("num_local_experts",),
@@ -182,18 +83,18 @@ def _mixtral(k: ConfigKeys) -> Facts:
 
 
 def _llama4(k: ConfigKeys) -> Facts:
-    facts = _base(k)
+    facts = base_facts(k)
     # vLLM llama4.py: layer i is MoE when (i + 1) % interleave_moe_layer_step == 0, else a
     # dense MLP of intermediate_size_mlp; the MoE has one shared expert of the experts'
     # intermediate_size. (transformers' moe_layers list is not read by vLLM.)
-    _dense(k, facts, "intermediate_size_mlp")
+    dense_mlp(k, facts, "intermediate_size_mlp")
     step = k.req("interleave_moe_layer_step", fact="moe.layer_step")
     if step < 1:
         raise ModelDirError(
             f"model config interleave_moe_layer_step is {step}: a Llama 4 without MoE layers",
             fix=FIX,
         )
-    _moe(
+    moe_layers(
         k,
         facts,
         experts=("num_local_experts",),
@@ -232,15 +133,15 @@ def _llama4(k: ConfigKeys) -> Facts:
 
 
 def _qwen(k: ConfigKeys) -> Facts:
-    facts = _base(k)
-    _dense(k, facts)
+    facts = base_facts(k)
+    dense_mlp(k, facts)
     _qwen_sliding(k, facts, per_layer=True)
     return facts
 
 
 def _qwen_moe(k: ConfigKeys) -> Facts:
-    facts = _base(k)
-    _dense(k, facts)
+    facts = base_facts(k)
+    dense_mlp(k, facts)
     _qwen_sliding(k, facts, per_layer=False)
     # vLLM qwen2_moe.py / qwen3_moe.py: a layer is MoE unless listed in mlp_only_layers,
     # when its 1-based index is a multiple of decoder_sparse_step.
@@ -253,7 +154,7 @@ def _qwen_moe(k: ConfigKeys) -> Facts:
         )
     step = k.req("decoder_sparse_step", fact="moe.layer_step")
     shared_size = k.opt("shared_expert_intermediate_size", fact="moe.shared_expert_size")
-    _moe(
+    moe_layers(
         k,
         facts,
         experts=("num_experts",),
@@ -267,12 +168,12 @@ def _qwen_moe(k: ConfigKeys) -> Facts:
 
 
 def _gemma(k: ConfigKeys, pattern_key: str | None, pattern: int) -> Facts:
-    facts = _base(k)
-    _dense(k, facts)
+    facts = base_facts(k)
+    dense_mlp(k, facts)
     # vLLM gemma2.py / gemma3.py window each layer by layer_types; transformers builds it,
     # when absent, as sliding unless (i + 1) % pattern == 0.
     layers = facts["num_layers"]
-    types, where = _layer_types(k, layers, frozenset({"sliding_attention", "full_attention"}))
+    types, where = layer_types(k, layers, frozenset({"sliding_attention", "full_attention"}))
     if types:
         n = types.count("sliding_attention")
         how = f"{where} ({n} sliding_attention of {layers})"
@@ -283,7 +184,7 @@ def _gemma(k: ConfigKeys, pattern_key: str | None, pattern: int) -> Facts:
             pwhere = f"every {pattern}th layer full ({k.find(pattern_key)[1]})"
         n = sum(1 for i in range(layers) if (i + 1) % pattern)
         how = f"{n} of {layers} layers, {pwhere}"
-    _sliding(k, facts, n, how)
+    sliding_layers(k, facts, n, how)
     return facts
 
 
@@ -305,10 +206,10 @@ def _gemma4(k: ConfigKeys) -> Facts:
                 f"model config sets {key} ({what}), which servekit cannot describe",
                 fix=f"state model.architecture in the profile by hand from {NEEDED_KEYS}",
             )
-    facts = _base(k)
-    _dense(k, facts)
+    facts = base_facts(k)
+    dense_mlp(k, facts)
     layers = facts["num_layers"]
-    types, where = _layer_types(k, layers, frozenset({"sliding_attention", "full_attention"}))
+    types, where = layer_types(k, layers, frozenset({"sliding_attention", "full_attention"}))
     if not types:  # transformers: 5 sliding then 1 full; the last layer always full
         types = ["sliding_attention" if (i + 1) % 6 else "full_attention" for i in range(layers)]
         where = "layer_types absent, every 6th layer full"
@@ -317,7 +218,7 @@ def _gemma4(k: ConfigKeys) -> Facts:
     # attention_k_eq_v (their K doubles as V); sliding layers head_dim and
     # num_key_value_heads (transformers Gemma4TextConfig.per_layer_config, vLLM gemma4.py).
     local_heads, local_dim = facts["num_kv_heads"], facts["head_dim"]
-    for fact in ("head_dim", "num_kv_heads"):  # what _base read is the sliding layers' fact
+    for fact in ("head_dim", "num_kv_heads"):  # what base_facts read is the sliding layers' fact
         k.sources = [
             f"local_attention.{line}" if line.startswith(f"{fact}: ") else line
             for line in k.sources
@@ -341,7 +242,7 @@ def _gemma4(k: ConfigKeys) -> Facts:
             "which servekit does not plan",
             fix="serve a causal Gemma 4 checkpoint",
         )
-    _sliding(
+    sliding_layers(
         k,
         facts,
         n,
@@ -353,7 +254,7 @@ def _gemma4(k: ConfigKeys) -> Facts:
     if k.opt("num_experts") is not None:
         # vLLM gemma4.py runs the dense MLP on every layer beside the routed experts: the
         # same weights as one always-active shared expert of intermediate_size.
-        _moe(
+        moe_layers(
             k,
             facts,
             experts=("num_experts",),
@@ -366,21 +267,10 @@ def _gemma4(k: ConfigKeys) -> Facts:
     return facts
 
 
-def _mla(k: ConfigKeys, facts: Facts) -> None:
-    mla = {
-        key: k.req(key, fact=f"mla.{key}")
-        for key in ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
-    }
-    facts["attention"] = "mla"
-    facts["mla"] = {**mla, "q_lora_rank": k.opt("q_lora_rank", fact="mla.q_lora_rank")}
-    facts["head_dim"] = mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"]
-    k.note("head_dim: qk_nope_head_dim + qk_rope_head_dim (MLA)")
-
-
 def _deepseek(k: ConfigKeys) -> Facts:
-    facts = _base(k)
-    _dense(k, facts)
-    _mla(k, facts)
+    facts = base_facts(k)
+    dense_mlp(k, facts)
+    mla_attention(k, facts)
     # vLLM deepseek_v2.py: layer i is MoE when i >= first_k_dense_replace and
     # i % moe_layer_freq == 0; the shared experts are one MLP of n_shared_experts x
     # moe_intermediate_size.
@@ -391,7 +281,7 @@ def _deepseek(k: ConfigKeys) -> Facts:
             "a pattern servekit cannot describe",
             fix="state model.architecture.moe in the profile by hand",
         )
-    _moe(
+    moe_layers(
         k,
         facts,
         experts=("n_routed_experts",),
@@ -404,9 +294,9 @@ def _deepseek(k: ConfigKeys) -> Facts:
 
 
 def _gpt_oss(k: ConfigKeys) -> Facts:
-    facts = _base(k)
-    _dense(k, facts)
-    _moe(
+    facts = base_facts(k)
+    dense_mlp(k, facts)
+    moe_layers(
         k,
         facts,
         experts=("num_local_experts",),
@@ -416,7 +306,7 @@ def _gpt_oss(k: ConfigKeys) -> Facts:
     # vLLM gpt_oss.py windows the even layers (layer_idx % 2 == 0) whatever layer_types says;
     # the shipped layer_types alternate the same way from a sliding layer 0.
     layers = facts["num_layers"]
-    types, where = _layer_types(k, layers, frozenset({"sliding_attention", "full_attention"}))
+    types, where = layer_types(k, layers, frozenset({"sliding_attention", "full_attention"}))
     n = (layers + 1) // 2
     stated = types.count("sliding_attention") if types else None
     how = f"every even layer, vLLM gpt_oss.py ({n} of {layers}"
@@ -426,7 +316,7 @@ def _gpt_oss(k: ConfigKeys) -> Facts:
         how += f"; {where} agrees)"
     else:
         how += f"; {where} says {stated}, which vLLM does not follow)"
-    _sliding(k, facts, n, how)
+    sliding_layers(k, facts, n, how)
     facts["moe"]["expert_bias"] = True
     k.note("moe.expert_bias: gpt_oss (vLLM gpt_oss.py MLPBlock: FusedMoE(has_bias=True))")
     facts["attention_sinks"] = True
@@ -441,10 +331,10 @@ def _minimax_m2(k: ConfigKeys) -> Facts:
             f"model config {where} has linear-attention layers (0), which servekit cannot describe",
             fix=f"state model.architecture in the profile by hand from {NEEDED_KEYS}",
         )
-    facts = _base(k)
+    facts = base_facts(k)
     # vLLM minimax_m2.py: every layer is MoE; the experts' width is intermediate_size.
     shared = k.opt("shared_intermediate_size") or 0
-    _moe(
+    moe_layers(
         k,
         facts,
         experts=("num_local_experts",),
@@ -460,14 +350,14 @@ def _minimax_m2(k: ConfigKeys) -> Facts:
 
 def read_generic(k: ConfigKeys) -> Facts:
     """A config without model_type: the standard Hugging Face keys, as read before #15."""
-    facts = _base(k)
+    facts = base_facts(k)
     if k.opt("kv_lora_rank") is not None:
-        _mla(k, facts)
+        mla_attention(k, facts)
     num_experts = k.opt("n_routed_experts", "num_local_experts", "num_experts")
     if num_experts:
         expert_size = k.req("moe_intermediate_size", "intermediate_size")
         shared_size = k.opt("shared_expert_intermediate_size")
-        _moe(
+        moe_layers(
             k,
             facts,
             experts=("n_routed_experts", "num_local_experts", "num_experts"),
@@ -479,7 +369,7 @@ def read_generic(k: ConfigKeys) -> Facts:
         )
         facts["intermediate_size"] = k.opt("intermediate_size") or expert_size
     else:
-        _dense(k, facts)
+        dense_mlp(k, facts)
     return facts
 
 

@@ -5,8 +5,9 @@ captured, any prefixes) and returns what the engine reported: weights, KV-cache
 memory and capacity, CUDA-graph memory, and every line that signals a failure.
 It reads no files and never raises on malformed input.
 
-Matching is on vLLM's message text, never on the `[file.py:123]` source location,
-which moves between releases. Lines may carry any prefix, such as
+Matching is on vLLM's message text (the patterns are `plan.startup_patterns`), never on
+the `[file.py:123]` source location, which moves between releases. Lines may carry any
+prefix, such as
 `(EngineCore_DP0 pid=413) INFO 07-25 10:00:00 [gpu_worker.py:123] ` or
 `(VllmWorker TP0 pid=1545) `, and ANSI colour codes, which are removed first.
 Numbers may be negative (`-0.53 GiB`) or carry thousands separators (`331,584`).
@@ -27,9 +28,42 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 
 from servekit.lines import line_starts, matching_lines
+from servekit.plan.startup_patterns import (
+    ANSI_RE,
+    ARCHITECTURE_RE,
+    ARGS_GMU_RE,
+    AVAILABLE_KV_RE,
+    CONCURRENCY_RE,
+    DESIRED_GMU_RE,
+    ESTIMATED_GRAPH_RE,
+    FAILURE_RES,
+    FREE_MEMORY_RE,
+    GMU_CURRENT_RE,
+    GMU_FROM_RE,
+    GPU_BLOCKS_RE,
+    GRAPH_CAPTURE_RE,
+    GRAPH_COUNT_ITEM_RE,
+    GRAPH_COUNTS_RE,
+    KV_TOKENS_RE,
+    LINE_HINTS,
+    MAX_LEN_AVAILABLE_RE,
+    MAX_LEN_ESTIMATE_RE,
+    MAX_LEN_NEEDED_RE,
+    MAX_LEN_WINDOW,
+    MODEL_LOAD_RE,
+    MODEL_RES,
+    PROFILING_OFF_RE,
+    PROFILING_ON_RE,
+    V0_ACTIVATION_RE,
+    V0_GMU_RE,
+    V0_KV_RE,
+    V0_NON_TORCH_RE,
+    V1_ACTIVATION_RE,
+    V1_NON_TORCH_RE,
+    VERSION_RES,
+)
 
 __all__ = [
-    "FAILURE_KINDS",
     "MAX_FAILURES",
     "LogFailure",
     "MaxLenShortfall",
@@ -39,133 +73,13 @@ __all__ = [
     "parse_startup_log",
 ]
 
-_INT = r"\d{1,3}(?:,\d{3})+|\d+"
-_NUM = rf"-?(?:{_INT})(?:\.\d+)?"
-_VERSION = r"v?(\d+\.\d+[\w.+-]*)"
-# Lines after a max-seq-len error that may hold the rest of a wrapped message.
-_MAX_LEN_WINDOW = 4
-
-_ANSI_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
-
-_MODEL_LOAD_RE = re.compile(rf"Model loading took ({_NUM}) GiB(?: memory)? and ({_NUM}) sec")
-_AVAILABLE_KV_RE = re.compile(rf"Available KV cache memory: ({_NUM}) GiB")
-# V0 (worker/worker.py determine_num_available_blocks, up to 0.10.x) has no "Available KV
-# cache memory" line: its profiling sentence ends with the KV budget, with no space before GiB.
-_V0_KV_RE = re.compile(rf"the rest of the memory reserved for KV Cache is ({_NUM}) ?GiB")
-_V0_GMU_RE = re.compile(
-    rf"total_gpu_memory \((?:({_NUM}) ?GiB)?.*?\) x gpu_memory_utilization \(({_NUM})\)"
-)
-_V0_ACTIVATION_RE = re.compile(rf"PyTorch activation peak memory takes ({_NUM}) ?GiB")
-_V0_NON_TORCH_RE = re.compile(rf"non_torch_memory takes ({_NUM}) ?GiB")
-# V1's DEBUG usage line (v1/worker/gpu_worker.py from 0.11.0; 0.27.0 drops the non-torch part).
-_V1_ACTIVATION_RE = re.compile(rf"({_NUM}) GiB for peak activation")
-_V1_NON_TORCH_RE = re.compile(rf"({_NUM}) GiB for non-torch memory")
-# vLLM names the device: "GPU KV cache size" on CUDA, "CPU KV cache size" on the CPU build,
-# "GPU + host KV cache size" with hierarchical sparse attention's host pool (0.32).
-_KV_TOKENS_RE = re.compile(rf"(?:GPU|CPU|XPU)(?: \+ host)? KV cache size: ({_INT}) tokens")
-# V0 executor_base.initialize_cache: "# cuda blocks: N, # CPU blocks: M" (0.8.x names the
-# platform; older releases print "# GPU blocks"); V1 loggers.py prints it at DEBUG.
-_GPU_BLOCKS_RE = re.compile(
-    rf"# (?:GPU|cuda|CUDA) blocks: ({_INT})|num_gpu_blocks is: ({_INT})",
-)
-_CONCURRENCY_RE = re.compile(
-    rf"Maximum concurrency for ({_INT}) tokens per request: ({_NUM})x",
-)
-_ESTIMATED_GRAPH_RE = re.compile(rf"Estimated CUDA graph memory: ({_NUM}) GiB")
-_GRAPH_CAPTURE_RE = re.compile(
-    rf"Graph capturing finished in ({_NUM}) secs?, took ({_NUM}) GiB",
-)
-_PROFILING_ON_RE = re.compile(r"CUDA graph memory profiling is enabled")
-_PROFILING_OFF_RE = re.compile(r"CUDA graph memory profiling is disabled")
-# V1 states the utilization in the API server's "non-default args" dict (entrypoints, 0.8+)
-# and with the device total in gpu_worker.py's DEBUG usage line (0.11+) or its startup error.
-_ARGS_GMU_RE = re.compile(rf"non-default args: \{{.*?'gpu_memory_utilization': ({_NUM})")
-_DESIRED_GMU_RE = re.compile(rf"esired GPU memory utilization (?:is )?\(({_NUM}), {_NUM} GiB\)")
-_FREE_MEMORY_RE = re.compile(rf"Free memory on device(?: \S+)? \({_NUM}/({_NUM}) GiB\)")
-_GMU_CURRENT_RE = re.compile(rf"--gpu-memory-utilization=({_NUM})")
-_GMU_FROM_RE = re.compile(rf"--gpu-memory-utilization from ({_NUM})")
-_GRAPH_COUNTS_RE = re.compile(r"Profiling CUDA graph memory: (.*)")
-_GRAPH_COUNT_ITEM_RE = re.compile(rf"\b([A-Z][A-Z_]*)=({_INT})")
-_VERSION_RES = (
-    re.compile(rf"vLLM API server version {_VERSION}"),
-    # the ASCII-art banner of 0.11+ (entrypoints/utils.py): "... ▀▄▀ █  version 0.19.0"
-    re.compile(rf"\u2580\u2584\u2580 \u2588 +version {_VERSION}"),
-    re.compile(rf"Starting vLLM API server\b.{{0,200}}?\bversion {_VERSION}"),
-    re.compile(rf"Initializing an? (?:V1 )?LLM engine \({_VERSION}\)"),
-)
-_ARCHITECTURE_RE = re.compile(r"Resolved architecture: ([A-Za-z0-9_]+)")
-_MODEL_RES = (
-    re.compile(r"LLM engine \(v[^)\n]*\) with config: model='([^'\n]+)'"),
-    re.compile(r"non-default args: \{.*?'model': '([^'\n]+)'"),
-)
-_MAX_LEN_RE = re.compile(
-    rf"To serve at least one request with the model\S* max seq len(?: \(({_INT})\))?",
-)
-_MAX_LEN_NEEDED_RE = re.compile(rf"({_NUM}) GiB KV cache is needed")
-_MAX_LEN_AVAILABLE_RE = re.compile(rf"available KV cache memory \(({_NUM}) GiB\)")
-_MAX_LEN_ESTIMATE_RE = re.compile(rf"estimated maximum model length is ({_INT})")
-
-# Order is the order in which kinds found on one line are reported.
-_FAILURE_RES: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("illegal_memory_access", re.compile(r"illegal memory access", re.IGNORECASE)),
-    ("engine_fatal", re.compile(r"EngineCore encountered a fatal error")),
-    (
-        "worker_died",
-        re.compile(r"\b(?:Worker|Engine core) proc\b.{0,200}?\bdied unexpectedly"),
-    ),
-    ("engine_dead", re.compile(r"\bEngineDeadError\b")),
-    ("cuda_oom", re.compile(r"CUDA out of memory|torch(?:\.cuda)?\.OutOfMemoryError")),
-    ("max_len_too_long", _MAX_LEN_RE),
-    ("no_kv_memory", re.compile(r"No available memory for the cache blocks")),
-    (
-        "startup_failed",
-        re.compile(r"EngineCore failed to start|Engine core initialization failed"),
-    ),
-)
-
-LINE_RES: tuple[re.Pattern[str], ...] = (
-    _MODEL_LOAD_RE, _AVAILABLE_KV_RE, _V0_KV_RE, _V0_GMU_RE, _V0_ACTIVATION_RE,
-    _V0_NON_TORCH_RE, _V1_ACTIVATION_RE, _V1_NON_TORCH_RE, _GPU_BLOCKS_RE, _ARGS_GMU_RE,
-    _DESIRED_GMU_RE, _FREE_MEMORY_RE,
-    _KV_TOKENS_RE, _CONCURRENCY_RE, _ESTIMATED_GRAPH_RE,
-    _GRAPH_CAPTURE_RE, _PROFILING_ON_RE, _PROFILING_OFF_RE, _GRAPH_COUNTS_RE, *_VERSION_RES,
-    _ARCHITECTURE_RE, *_MODEL_RES, _MAX_LEN_ESTIMATE_RE, *(p for _, p in _FAILURE_RES),
-)  # fmt: skip
-"""Every pattern tried on each line."""
-
-# Literal text, at least one of which is in every line a pattern of LINE_RES matches (a
-# test checks this on every sample log). Literal search skips the rest of a long log at
-# memory speed; a leading `\b`, a character class or IGNORECASE would make the regular
-# expression engine try every position.
-LINE_HINTS: tuple[re.Pattern[str], ...] = tuple(
-    re.compile(re.escape(hint))
-    for hint in (
-        "Model loading took", "Available KV cache memory", "KV cache size: ",
-        "rest of the memory reserved for KV Cache", "x gpu_memory_utilization (",
-        "activation peak memory takes", "non_torch_memory takes", "for peak activation",
-        "for non-torch memory", " blocks: ", "num_gpu_blocks is: ", "\u2580\u2584\u2580 \u2588",
-        "Maximum concurrency for", "Estimated CUDA graph memory", "Graph capturing finished",
-        "CUDA graph memory profiling is", "Profiling CUDA graph memory", "vLLM API server",
-        "LLM engine (", "Resolved architecture", "non-default args",
-        "estimated maximum model length", "llegal memory access", "LLEGAL MEMORY ACCESS",
-        "EngineCore encountered a fatal error", "died unexpectedly", "EngineDeadError",
-        "CUDA out of memory", "OutOfMemoryError", " max seq len",
-        "No available memory for the cache blocks", "EngineCore failed to start",
-        "Engine core initialization failed", "esired GPU memory utilization",
-        "Free memory on device",
-    )
-)  # fmt: skip
-
-FAILURE_KINDS: tuple[str, ...] = tuple(kind for kind, _ in _FAILURE_RES)
-"""Every `LogFailure.kind`, in the order kinds on one line are reported."""
-
 
 @dataclass(frozen=True, slots=True)
 class LogFailure:
     """One log line that signals a failed or failing engine.
 
     Attributes:
-        kind: one of `FAILURE_KINDS`.
+        kind: one of `startup_patterns.FAILURE_KINDS`.
         line_no: 1-based line number in the parsed text.
         text: the line with ANSI codes removed and surrounding whitespace stripped.
     """
@@ -325,7 +239,7 @@ class StartupLogScanner:
         """Read the next lines of the log."""
         self._held.extend(_clean(raw) for raw in lines)
         # A max-seq-len error reads the lines after it: the last few wait for the next batch.
-        self._read_held(len(self._held) - (_MAX_LEN_WINDOW - 1))
+        self._read_held(len(self._held) - (MAX_LEN_WINDOW - 1))
 
     def finish(self) -> StartupFigures:
         """The figures of the whole log fed so far."""
@@ -350,7 +264,7 @@ class StartupLogScanner:
 
 def is_failure_line(line: str) -> bool:
     """True when a (cleaned) log line holds one of the failure signatures."""
-    return any(pattern.search(line) for _, pattern in _FAILURE_RES)
+    return any(pattern.search(line) for _, pattern in FAILURE_RES)
 
 
 def _figures(scan: _Scan) -> StartupFigures:
@@ -384,7 +298,7 @@ def _clean(raw: str) -> str:
     """Return one line without its trailing carriage return and ANSI escape codes."""
     if raw.endswith("\r"):
         raw = raw[:-1]
-    return _ANSI_RE.sub("", raw) if "\x1b" in raw else raw
+    return ANSI_RE.sub("", raw) if "\x1b" in raw else raw
 
 
 def _to_float(token: str | None) -> float | None:
@@ -415,67 +329,67 @@ def _first(current: float | None, new: float | None) -> float | None:
 
 def _scan_figures(scan: _Scan, line: str) -> None:
     """Fold the figures one cleaned line reports into `scan`."""
-    if m := _MODEL_LOAD_RE.search(line):
+    if m := MODEL_LOAD_RE.search(line):
         weights = _to_float(m.group(1))
         if weights is not None and (scan.weights_gib is None or weights > scan.weights_gib):
             scan.weights_gib = weights
         scan.model_load_s = _first(scan.model_load_s, _to_float(m.group(2)))
-    if m := _AVAILABLE_KV_RE.search(line) or _V0_KV_RE.search(line):
+    if m := AVAILABLE_KV_RE.search(line) or V0_KV_RE.search(line):
         available = _to_float(m.group(1))
         if available is not None and (
             scan.available_kv_gib is None or available < scan.available_kv_gib
         ):
             scan.available_kv_gib = available
-    if scan.kv_cache_tokens is None and (m := _KV_TOKENS_RE.search(line)):
+    if scan.kv_cache_tokens is None and (m := KV_TOKENS_RE.search(line)):
         scan.kv_cache_tokens = _to_int(m.group(1))
-    if scan.max_concurrency is None and (m := _CONCURRENCY_RE.search(line)):
+    if scan.max_concurrency is None and (m := CONCURRENCY_RE.search(line)):
         scan.concurrency_tokens_per_request = _to_int(m.group(1))
         scan.max_concurrency = _to_float(m.group(2))
-    if m := _ESTIMATED_GRAPH_RE.search(line):
+    if m := ESTIMATED_GRAPH_RE.search(line):
         scan.estimated_cuda_graph_gib = _first(scan.estimated_cuda_graph_gib, _to_float(m.group(1)))
-    if scan.graph_capture_gib is None and (m := _GRAPH_CAPTURE_RE.search(line)):
+    if scan.graph_capture_gib is None and (m := GRAPH_CAPTURE_RE.search(line)):
         scan.graph_capture_s = _to_float(m.group(1))
         scan.graph_capture_gib = _to_float(m.group(2))
     _scan_profiling(scan, line)
     _scan_usage(scan, line)
-    if scan.graph_counts is None and (m := _GRAPH_COUNTS_RE.search(line)):
+    if scan.graph_counts is None and (m := GRAPH_COUNTS_RE.search(line)):
         counts = {
             mode: count
-            for mode, raw in _GRAPH_COUNT_ITEM_RE.findall(m.group(1))
+            for mode, raw in GRAPH_COUNT_ITEM_RE.findall(m.group(1))
             if (count := _to_int(raw)) is not None
         }
         scan.graph_counts = counts or None
     if scan.vllm_version is None:
-        for version_re in _VERSION_RES:
+        for version_re in VERSION_RES:
             if m := version_re.search(line):
                 scan.vllm_version = m.group(1).rstrip(".-+")
                 break
-    if scan.architecture is None and (m := _ARCHITECTURE_RE.search(line)):
+    if scan.architecture is None and (m := ARCHITECTURE_RE.search(line)):
         scan.architecture = m.group(1)
     if scan.model is None:
-        for model_re in _MODEL_RES:
+        for model_re in MODEL_RES:
             if m := model_re.search(line):
                 scan.model = m.group(1)
                 break
-    if scan.max_len_estimate is None and (m := _MAX_LEN_ESTIMATE_RE.search(line)):
+    if scan.max_len_estimate is None and (m := MAX_LEN_ESTIMATE_RE.search(line)):
         scan.max_len_estimate = _to_int(m.group(1))
 
 
 def _scan_usage(scan: _Scan, line: str) -> None:
     """Fold KV blocks, the utilization and total memory, and the reported activation and
     non-torch memory."""
-    if scan.gpu_blocks is None and (m := _GPU_BLOCKS_RE.search(line)):
+    if scan.gpu_blocks is None and (m := GPU_BLOCKS_RE.search(line)):
         scan.gpu_blocks = _to_int(m.group(1) or m.group(2))
-    if m := _V0_GMU_RE.search(line):
+    if m := V0_GMU_RE.search(line):
         scan.total_memory_gib = _first(scan.total_memory_gib, _to_float(m.group(1)))
         scan.gpu_memory_utilization = _first(scan.gpu_memory_utilization, _to_float(m.group(2)))
-    if m := _ARGS_GMU_RE.search(line) or _DESIRED_GMU_RE.search(line):
+    if m := ARGS_GMU_RE.search(line) or DESIRED_GMU_RE.search(line):
         scan.gpu_memory_utilization = _first(scan.gpu_memory_utilization, _to_float(m.group(1)))
-    if m := _FREE_MEMORY_RE.search(line):
+    if m := FREE_MEMORY_RE.search(line):
         scan.total_memory_gib = _first(scan.total_memory_gib, _to_float(m.group(1)))
-    if m := _V0_ACTIVATION_RE.search(line) or _V1_ACTIVATION_RE.search(line):
+    if m := V0_ACTIVATION_RE.search(line) or V1_ACTIVATION_RE.search(line):
         scan.activation_peak_gib = _first(scan.activation_peak_gib, _to_float(m.group(1)))
-    if m := _V0_NON_TORCH_RE.search(line) or _V1_NON_TORCH_RE.search(line):
+    if m := V0_NON_TORCH_RE.search(line) or V1_NON_TORCH_RE.search(line):
         scan.non_torch_gib = _first(scan.non_torch_gib, _to_float(m.group(1)))
 
 
@@ -483,12 +397,12 @@ def _scan_profiling(scan: _Scan, line: str) -> None:
     """Fold the CUDA-graph memory profiling notice, and the utilization it quotes."""
     if scan.cudagraph_profiling is not None:
         return
-    if _PROFILING_ON_RE.search(line):
+    if PROFILING_ON_RE.search(line):
         scan.cudagraph_profiling = True
-        gmu = _GMU_CURRENT_RE.search(line) or _GMU_FROM_RE.search(line)
-    elif _PROFILING_OFF_RE.search(line):
+        gmu = GMU_CURRENT_RE.search(line) or GMU_FROM_RE.search(line)
+    elif PROFILING_OFF_RE.search(line):
         scan.cudagraph_profiling = False
-        gmu = _GMU_FROM_RE.search(line) or _GMU_CURRENT_RE.search(line)
+        gmu = GMU_FROM_RE.search(line) or GMU_CURRENT_RE.search(line)
     else:
         return
     if gmu is not None:
@@ -499,7 +413,7 @@ def _scan_failures(scan: _Scan, lines: list[str], index: int, base: int) -> None
     """Record every failure kind line `index` (line `base + index` of the log) matches, and
     a max-seq-len shortfall."""
     line = lines[index]
-    for kind, pattern in _FAILURE_RES:
+    for kind, pattern in FAILURE_RES:
         m = pattern.search(line)
         if m is None:
             continue
@@ -514,10 +428,10 @@ def _scan_failures(scan: _Scan, lines: list[str], index: int, base: int) -> None
 def _read_shortfall(match: re.Match[str], lines: list[str], index: int) -> MaxLenShortfall:
     """Read a max-seq-len error's figures from its line and the few that may continue it."""
     # The message is one line in a real log; pasted copies are often wrapped.
-    window = " ".join(lines[index : index + _MAX_LEN_WINDOW])[match.start() :]
-    needed = _MAX_LEN_NEEDED_RE.search(window)
-    available = _MAX_LEN_AVAILABLE_RE.search(window)
-    estimate = _MAX_LEN_ESTIMATE_RE.search(window)
+    window = " ".join(lines[index : index + MAX_LEN_WINDOW])[match.start() :]
+    needed = MAX_LEN_NEEDED_RE.search(window)
+    available = MAX_LEN_AVAILABLE_RE.search(window)
+    estimate = MAX_LEN_ESTIMATE_RE.search(window)
     return MaxLenShortfall(
         max_seq_len=_to_int(match.group(1)),
         needed_kv_gib=_to_float(needed.group(1) if needed else None),

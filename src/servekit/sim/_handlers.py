@@ -36,22 +36,17 @@ from servekit.sim._respond import (
     whole_reply,
 )
 from servekit.sim.build import build_engine
+from servekit.sim.chat import ToolSpec, choose_tool, render_chat, thinking_enabled
 from servekit.sim.faults import Faults
 from servekit.sim.textgen import (
     PLAIN_TEXT,
     Answer,
     AnswerRequest,
     TokenText,
-    ToolSpec,
-    choose_tool,
-    detokenize,
     iter_answer_token_ids,
-    iter_pieces,
     plan_answer,
-    render_chat,
-    thinking_enabled,
-    token_id,
 )
+from servekit.sim.tokenizer import detokenize, iter_pieces, token_id
 
 DEFAULT_MAX_TOKENS = 256
 # Seconds in-flight requests get to finish when the server shuts down; then they are cut.

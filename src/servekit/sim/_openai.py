@@ -22,7 +22,8 @@ from pydantic import (
     model_validator,
 )
 
-from servekit.sim.textgen import Message, Segment, ToolSpec
+from servekit.sim.chat import Message, ToolSpec
+from servekit.sim.textgen import Segment
 
 
 class _Lenient(BaseModel):

@@ -1,36 +1,30 @@
-"""Deterministic text for the live simulator (core): tokenizer, chat prompts, planned answers.
-
-The tokenizer splits text into pieces (`\\w+` runs and single punctuation marks, each with
-the whitespace before it attached) and names each piece by a stable BLAKE2 hash, so token
-counts and ids are the same in every process. Generated text uses one piece per token, so
-re-tokenizing an answer gives back exactly the token count the engine produced.
+"""Deterministic answers for the live simulator (core): planned answers and their text.
 
 An answer is planned before the engine runs it (tokens of reasoning, content or tool-call
 arguments, the finish reason and the seeds of its text); the text itself is generated
 lazily, chunk by chunk as the engine delivers tokens, so a long answer never sits in memory
 whole. Greedy answers (temperature 0) depend only on the prompt text (and the requested
 length), never on concurrency or timing; sampled answers also mix in the request's own
-seed.
+seed. Text is one piece of the simulator's tokenizer (`sim.tokenizer`) per token; the
+prompt and the tool called come from `sim.chat`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import random
-import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
 from servekit.errors import SimulationError
 from servekit.sim._schema_args import arguments_for
+from servekit.sim.chat import ToolSpec
+from servekit.sim.tokenizer import CITIES, LEXICON, split_pieces, stable_seed, token_id
 
 Kind = Literal["reasoning", "content", "tool"]
 
-_PIECE = re.compile(r"\s*(?:\w+|[^\w\s])|\s+")
-ID_SPACE = 1 << 31
 # MiniMax-M3's thinking and tool-call namespace markers: they must never reach clients.
 MARKERS = ("<mm:think>", "</mm:think>", "]<]minimax[>[")
 # What a corrupted request streams per token: NUL bytes and replacement characters,
@@ -38,180 +32,6 @@ MARKERS = ("<mm:think>", "</mm:think>", "]<]minimax[>[")
 GARBAGE_PIECE = "\x00\ufffd\ufffd"
 # Share of max_tokens spent thinking when thinking is enabled.
 REASONING_SHARE = 0.25
-
-_WORDS = re.findall(
-    r"\w+",
-    "the model serves requests across eight devices while each step schedules work for the "
-    "batch and streams tokens back to every client that waits on an open connection memory "
-    "budget holds cache blocks for context so longer prompts need more blocks and fewer "
-    "sequences fit at once speculative drafts propose several tokens which the target verifies "
-    "in one pass accepted tokens arrive together in a single chunk latency grows with load "
-    "throughput rises until the queue fills we measure first token time and inter token gaps "
-    "then compare runs to decide which configuration to keep a careful plan checks weights "
-    "activations graphs and kernels before launch this answer explains why results differ "
-    "between quiet and busy periods because shared experts route tokens through different "
-    "paths data moves over links with high bandwidth yet small messages still pay fixed costs "
-    "good tests repeat each point several times report percentiles and keep raw records so "
-    "later analysis can recompute anything simple tools help teams move faster with fewer "
-    "surprises weather city river mountain garden library window morning evening quiet bright "
-    "green blue red small large quick slow early late first second third final local remote",
-)
-LEXICON: tuple[str, ...] = tuple(dict.fromkeys(_WORDS))
-_GENERIC_VERBS = frozenset({"get", "set", "fetch", "list", "run", "call", "make", "create", "do"})
-_CITIES = ("Paris", "Berlin", "Tokyo", "Lima", "Nairobi", "Oslo", "Toronto", "Sydney")
-
-
-def split_pieces(text: str) -> list[str]:
-    """Split text into token pieces; joining them gives the text back exactly."""
-    return _PIECE.findall(text)
-
-
-def iter_pieces(text: str) -> Iterator[str]:
-    """Yield the token pieces of a text one by one (`split_pieces`, lazily)."""
-    return (match.group() for match in _PIECE.finditer(text))
-
-
-def stable_seed(*parts: str) -> int:
-    """Return a 64-bit seed that is the same for the same strings in every process."""
-    digest = hashlib.blake2b("\x1f".join(parts).encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "big")
-
-
-def token_id(piece: str) -> int:
-    """Return the stable id of one piece."""
-    digest = hashlib.blake2b(piece.encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "big") % ID_SPACE
-
-
-def count_tokens(text: str) -> int:
-    """Return how many tokens the simulator's tokenizer makes of a text."""
-    return len(split_pieces(text))
-
-
-def tokenize(text: str) -> list[int]:
-    """Return the token ids of a text."""
-    return [token_id(piece) for piece in split_pieces(text)]
-
-
-def _vocabulary() -> dict[int, str]:
-    pieces = [".", ",", ":", "\n", *(" " + c for c in _CITIES), *_CITIES]
-    for word in LEXICON:
-        pieces += [word, " " + word, word.capitalize(), " " + word.capitalize()]
-    return {token_id(piece): piece for piece in pieces}
-
-
-VOCABULARY: Mapping[int, str] = _vocabulary()
-
-
-def detokenize(ids: Sequence[int], known: Mapping[int, str] | None = None) -> str:
-    """Return the text of token ids the simulator generates or has seen.
-
-    Args:
-        ids: token ids.
-        known: extra id -> piece entries (pieces of texts the caller tokenized before).
-
-    Raises:
-        SimulationError: an id is neither generated vocabulary nor in `known`.
-    """
-    out = []
-    for ident in ids:
-        piece = VOCABULARY.get(ident)
-        if piece is None and known is not None:
-            piece = known.get(ident)
-        if piece is None:
-            raise SimulationError(
-                f"token id {ident} is not in the simulator's vocabulary",
-                fix="detokenize ids returned by this server's /tokenize or its answers",
-            )
-        out.append(piece)
-    return "".join(out)
-
-
-@dataclass(frozen=True, slots=True)
-class Message:
-    """One chat message, reduced to what the prompt renders."""
-
-    role: str
-    content: str = ""
-    tool_calls: str = ""  # JSON of the assistant's tool calls, if any
-
-
-@dataclass(frozen=True, slots=True)
-class ToolSpec:
-    """A function the client offers the model."""
-
-    name: str
-    parameters: Mapping[str, object]
-    description: str = ""
-
-
-def render_chat(messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> str:
-    """Render chat messages as a role-tagged prompt; its token count is the prompt length."""
-    parts = []
-    if tools:
-        spec = [
-            {"name": t.name, "description": t.description, "parameters": t.parameters}
-            for t in tools
-        ]
-        parts.append(f"<|tools|>\n{json.dumps(spec, sort_keys=True)}\n")
-    for message in messages:
-        body = message.content
-        if message.tool_calls:
-            body = f"{body}\n{message.tool_calls}" if body else message.tool_calls
-        parts.append(f"<|{message.role}|>\n{body}\n")
-    parts.append("<|assistant|>\n")
-    return "".join(parts)
-
-
-def thinking_enabled(
-    reasoning_parser: str | None,
-    defaults: Mapping[str, object] | None,
-    request_kwargs: Mapping[str, object] | None,
-) -> bool:
-    """Whether a request thinks: the request's `thinking_mode` wins over the server default."""
-    if not reasoning_parser:
-        return False
-    merged = {**(defaults or {}), **(request_kwargs or {})}
-    return merged.get("thinking_mode") == "enabled"
-
-
-def choose_tool(
-    tools: Sequence[ToolSpec], tool_choice: str | None, messages: Sequence[Message]
-) -> ToolSpec | None:
-    """Pick the tool to call, or None for a text answer.
-
-    A named choice calls that tool; "auto" and "required" call the tool whose name shares the
-    most words with the last user message (get_weather for "weather in Paris?"), else the
-    first. "none", no tools, or (except for "required") a tool result after the last user
-    message (the follow-up turn) give a text answer.
-
-    Raises:
-        SimulationError: a named tool is not among `tools`.
-    """
-    if not tools or tool_choice == "none":
-        return None
-    if tool_choice not in (None, "auto", "required"):
-        for tool in tools:
-            if tool.name == tool_choice:
-                return tool
-        names = ", ".join(t.name for t in tools)
-        raise SimulationError(
-            f"tool_choice names {tool_choice!r}, which is not among the tools ({names})",
-            fix="name one of the request's tools, or use auto, required or none",
-        )
-    last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=-1)
-    if tool_choice != "required" and any(m.role == "tool" for m in messages[last_user + 1 :]):
-        return None
-    words = (
-        set(re.findall(r"[a-z0-9]+", messages[last_user].content.lower()))
-        if last_user >= 0
-        else set()
-    )
-
-    def hits(tool: ToolSpec) -> int:
-        return len(set(re.findall(r"[a-z0-9]+", tool.name.lower())) - _GENERIC_VERBS & words)
-
-    return max(tools, key=hits)  # the first of the best-matching tools
 
 
 def iter_generated(seed: int) -> Iterator[str]:
@@ -472,7 +292,7 @@ def tool_call_pieces(tool: ToolSpec, seed: int) -> tuple[str, ...]:
     """The token pieces of the arguments the simulated model writes for a call to `tool`
     (JSON valid against its parameters schema), for an answer seeded by `seed`."""
     rng = random.Random(stable_seed("tool", tool.name, str(seed)))
-    args = arguments_for(tool.parameters, rng, cities=_CITIES)
+    args = arguments_for(tool.parameters, rng, cities=CITIES)
     return tuple(split_pieces(json.dumps(args, ensure_ascii=False)))
 
 

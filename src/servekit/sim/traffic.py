@@ -12,12 +12,12 @@ works on, so shared prefixes hit as they would on a server.
 - Sessions (`SessionsPoint`) send turn k + 1 when turn k has ended and its think time has
   passed: its prompt is turn k's prompt ids, then turn k's output ids, then the new user
   message's ids. A text message is tokenized with the live simulator's tokenizer and its
-  chat tags (`textgen.render_chat`); a synthetic one is `input_len` ids of its own between
+  chat tags (`chat.render_chat`); a synthetic one is `input_len` ids of its own between
   the tags. The closed loop keeps `concurrency` sessions going; the open loop starts sessions at an
   arrival rate.
 - Agent loops answer each user turn with a tool call, as the live simulator's model does
   with tools and tool_choice auto: its output is the arguments the live simulator writes
-  for the tool `textgen.choose_tool` picks (`textgen.tool_call_pieces`, at most the turn's
+  for the tool `chat.choose_tool` picks (`textgen.tool_call_pieces`, at most the turn's
   output length). After the tool latency the tool result message's ids are appended and the
   model answers with the turn's output length; at most `max_turns` responses per session.
 
@@ -34,20 +34,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from servekit.records import MAX_REQUEST_TOKENS
+from servekit.sim.chat import Message, ToolSpec, choose_tool, render_chat
 from servekit.sim.engine import SimRequest
-from servekit.sim.textgen import (
-    ID_SPACE,
-    Answer,
-    Message,
-    ToolSpec,
-    choose_tool,
-    iter_answer_token_ids,
-    render_chat,
-    stable_seed,
-    token_id,
-    tokenize,
-    tool_call_pieces,
-)
+from servekit.sim.textgen import Answer, iter_answer_token_ids, tool_call_pieces
+from servekit.sim.tokenizer import ID_SPACE, stable_seed, token_id, tokenize
 from servekit.workload.sessions import (
     SessionPlan,
     SessionsSpec,

@@ -17,6 +17,7 @@ from typing import Any
 
 from servekit import jsontext
 from servekit.errors import ServekitError, UsageError
+from servekit.results.tune import LoadBlock
 
 JOURNAL_FILE = "tune-journal.jsonl"
 MAX_LINE_BYTES = 1 << 20
@@ -107,3 +108,29 @@ class Journal:
     def close(self) -> None:
         """Close the file."""
         self._file.close()
+
+
+class MeasuredPoints:
+    """The points measured on the real engine, by (candidate id, load): those an earlier
+    run journaled (`--resume`), and each new one, journaled as it is measured."""
+
+    def __init__(self, journal: Journal, earlier: JournalState | None) -> None:
+        self.journal = journal
+        self.cache: dict[tuple[str, float], dict[str, Any]] = (
+            dict(earlier.measured) if earlier is not None else {}
+        )
+
+    def get(self, candidate: str, load: float) -> dict[str, Any] | None:
+        """The point measured before at this load (a LoadBlock as JSON), or None."""
+        return self.cache.get((candidate, float(load)))
+
+    def add(self, candidate: str, load: float, round_: int, block: LoadBlock) -> None:
+        """Journal a point just measured, and keep it."""
+        self.journal.write(
+            "measured",
+            candidate=candidate,
+            load=float(load),
+            round=round_,
+            point=block.as_json(),
+        )
+        self.cache[(candidate, float(load))] = block.as_json()

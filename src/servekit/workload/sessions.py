@@ -26,7 +26,7 @@ from typing import Any
 from servekit import jsontext
 from servekit.errors import UsageError
 from servekit.workload.datasets import LengthSpec
-from servekit.workload.traces import json_object_lines
+from servekit.workload.textlines import json_object_lines
 
 
 @dataclass(frozen=True, slots=True)
