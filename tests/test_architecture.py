@@ -223,6 +223,8 @@ def violations(modules: Mapping[str, Module]) -> list[str]:
             same = _package(mod.name) == _package(target)
             if not same and here is not None and there is not None and there >= here:
                 found.append(f"{mod.name} imports {target}: not a lower layer")
+            if not same and target.rsplit(".", 1)[-1].startswith("_"):
+                found.append(f"{mod.name} imports {target}: a private module of another package")
     found.extend(f"import cycle: {' -> '.join(c)}" for c in cycles(modules))
     return found
 
@@ -297,6 +299,26 @@ def test_architecture_holds() -> None:
     assert violations(MODULES) == []
 
 
+def test_no_dict_of_options_travels_past_the_cli() -> None:
+    """Options leave `cli/` as typed values (`LoadOptions`, `Load`, specs): no function
+    outside it takes a parameter named like a bag of options and typed as a mapping."""
+    bags = {"opts", "options", "params", "kwargs"}
+    found = []
+    for mod in MODULES.values():
+        if mod.name.startswith("servekit.cli"):
+            continue
+        tree = ast.parse(mod.path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            args = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
+            for arg in args:
+                text = ast.unparse(arg.annotation) if arg.annotation is not None else ""
+                if arg.arg in bags and text.startswith(("dict", "Mapping", "Any")):
+                    found.append(f"{mod.name}.{node.name}({arg.arg}: {text})")
+    assert found == [], found
+
+
 def test_cli_modules_stay_thin() -> None:
     """Every CLI command module stays under ~110 lines of code (its imports included, which
     live in the command's body so that `--help` stays cheap)."""
@@ -321,6 +343,8 @@ BROKEN = {
     "plan/lean.py": '"""Leans on a shell (core)."""\nfrom servekit.runtime import run\n',
     "runtime/__init__.py": '"""Runtime (shell)."""\n',
     "runtime/run.py": '"""Runs (shell)."""\nimport subprocess\n',
+    "runtime/_hidden.py": '"""Kept to its package (shell)."""\n',
+    "report/peek.py": '"""Peeks (shell)."""\nfrom servekit.runtime import _hidden\n',
     "report/__init__.py": '"""Reports (shell)."""\n',
     "report/view.py": '"""Draws (view, rich)."""\nimport rich\nimport time\n',
     "oddpkg/__init__.py": '"""Unknown package (shell)."""\n',
@@ -347,6 +371,8 @@ def test_checker_finds_each_broken_rule(tmp_path: Path) -> None:
         "servekit.plan.lean (core) imports servekit.runtime.run (shell)",
         "servekit.plan.lean imports servekit.runtime.run: not a lower layer",
         "servekit.report.view (view) imports time",
+        "servekit.report.peek imports servekit.runtime._hidden: a private module of another "
+        "package",
         "servekit.oddpkg: package 'oddpkg' is in no layer",
         "import cycle: servekit.plan.cyc -> servekit.plan.net",
     ]

@@ -25,7 +25,7 @@ from typing import Any
 from servekit import __version__
 from servekit.analyze.compare import compare_runs, highest_meeting, speculation_facts
 from servekit.analyze.timescale import to_simulated_time
-from servekit.bench.spec import BenchSpec, PointSpec
+from servekit.bench.spec import BenchSpec, bench_points, bench_spec
 from servekit.bench.store import write_summary, write_summary_tables
 from servekit.bench.summary import run_bench
 from servekit.errors import ChecksFailed, ServekitError, SimulationError
@@ -38,6 +38,8 @@ from servekit.report.build import write_report
 from servekit.results.summary import Summary
 from servekit.validate.context import ValidateSpec
 from servekit.validate.runner import CheckResult, run_validate
+from servekit.workload.datasets import LengthSpec
+from servekit.workload.load import Level, Load
 
 PROFILE = REFERENCE_PROFILE
 NO_EAGLE3 = f"{PROFILE}-no-eagle3"
@@ -159,6 +161,21 @@ def plan_lines(profile: Profile) -> list[str]:
     ]
 
 
+def demo_load(
+    profile: Profile, levels: tuple[int, ...], temperature: float, demo: DemoPlan
+) -> Load:
+    """The demo's traffic: the profile's bench lengths at each concurrency, seed 7."""
+    bench = profile.bench_defaults
+    return Load(
+        input_len=LengthSpec(bench.input_len),
+        output_len=LengthSpec(bench.output_len),
+        temperature=temperature,
+        seed=7,
+        requests_per_point=demo.min_requests,
+        levels=tuple(Level(concurrency=c, requests=demo.requests(c)) for c in levels),
+    )
+
+
 def sweep(
     url: str,
     profile: Profile,
@@ -168,18 +185,11 @@ def sweep(
     demo: DemoPlan,
 ) -> Summary:
     """One closed-loop sweep, written to `out` in simulated time."""
-    bench = profile.bench_defaults
-    spec = BenchSpec(
-        base_url=url,
-        model=profile.serve_args.served_model_name or profile.model.path,
-        input_len=bench.input_len,
-        output_len=bench.output_len,
-        temperature=temperature,
-        requests_per_point=demo.min_requests,
-        warmup=2,
-        seed=7,
+    load = demo_load(profile, levels, temperature, demo)
+    target = BenchSpec(
+        base_url=url, model=profile.serve_args.served_model_name or profile.model.path, warmup=2
     )
-    points = [PointSpec(f"c={c}", concurrency=c, requests=demo.requests(c)) for c in levels]
+    spec, points = bench_spec(load, target), bench_points(load)
     # failed requests (an injected --fault) are the demo's subject, shown in its report
     summary = run_bench(
         spec, points, out, version=__version__, profile=profile.name, max_failure_rate=1.0

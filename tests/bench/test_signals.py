@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from servekit.bench._signals import sigterm_as_interrupt
+from servekit.bench.signals import sigterm_as_interrupt
 from servekit.bench.spec import BenchSpec, PointSpec
 from servekit.bench.summary import run_bench
 from servekit.errors import Terminated

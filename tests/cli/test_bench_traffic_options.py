@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from servekit.bench.spec import BenchSpec, PointSpec
 from servekit.cli._bench_sessions import sessions_input
 from servekit.cli._bench_spec import bench_inputs
+from servekit.cli._load_options import LoadOptions
 from servekit.cli.bench import bench_command
 from servekit.cli.main import cli
 from servekit.errors import UsageError
@@ -36,7 +37,7 @@ def inputs(*args: str) -> tuple[BenchSpec, list[PointSpec]]:
     opts: dict[str, Any] = dict(ctx.params)
     for name in ("as_json", "out", "slo", "force", "resummarize", "max_failure_rate"):
         opts.pop(name)
-    spec, points, _ = bench_inputs(opts)
+    spec, points, _, _ = bench_inputs(opts)
     return spec, points
 
 
@@ -121,7 +122,7 @@ def test_trace_with_a_profile_checks_max_model_len(tmp_path: Path) -> None:
         f"{path}:2: input_len 32000 + output_len 1000 = 33000 tokens exceeds max_model_len 32768"
     )
     opts["max_requests"] = 1
-    _, points, _ = bench_inputs(opts)
+    _, points, _, _ = bench_inputs(opts)
     assert [p.label for p in points] == ["trace"]
 
 
@@ -317,8 +318,10 @@ def test_bad_conversations_file_names_line_and_field(tmp_path: Path) -> None:
 
 
 def test_sessions_input_takes_integer_lengths() -> None:
-    """sim run passes its lengths as integers; sessions_input takes them as bench's text."""
-    spec = sessions_input({"turns": 2, "input_len": 300, "output_len": 20, "rate": "1"}, ())
+    """sim run passes its lengths as integers; LoadOptions takes them as bench's text."""
+    options = LoadOptions.of({"turns": 2, "input_len": 300, "output_len": 20, "rate": "1"})
+    assert (options.input_len, options.output_len) == ("300", "20")
+    spec = sessions_input(options, ())
     assert spec is not None
     assert spec.sessions[0].turns == (Turn(None, 20, 300),) * 2
     assert (spec.think_time, spec.agent, spec.sessions_per_point) == (Delay(0.0), None, 16)

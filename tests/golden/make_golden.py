@@ -1,4 +1,4 @@
-"""Write the golden outputs of `tests/golden/test_golden.py` (tests/golden/data/CASE.json).
+"""Write the golden outputs of `tests/golden/test_golden.py` (one JSON file per case, in data/).
 
 The stored files were taken at commit 4d6e1a1, before the refactor of issue #29 (code moved
 between modules, one typed traffic value), from that commit's own sources:

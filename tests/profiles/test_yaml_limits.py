@@ -10,7 +10,7 @@ import pytest
 
 from servekit.errors import ConfigError
 from servekit.profiles import load_profile
-from servekit.profiles._yaml import MAX_DEPTH, MAX_PROFILE_BYTES, one_line
+from servekit.profiles.yaml_files import MAX_DEPTH, MAX_PROFILE_BYTES, one_line
 
 M3 = "minimax-m3-mxfp8-8xa800"
 

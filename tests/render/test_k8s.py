@@ -10,7 +10,7 @@ import yaml
 from servekit.errors import ConfigError
 from servekit.profiles import Profile, load_profile
 from servekit.render import render, vllm_serve_args
-from servekit.render._container import resource_name
+from servekit.render.container import resource_name
 from servekit.render.k8s import k8s_quantity
 
 M3 = "minimax-m3-mxfp8-8xa800"

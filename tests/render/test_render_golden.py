@@ -17,7 +17,7 @@ from servekit.names import TARGETS
 from servekit.profiles import Profile, load_profile
 from servekit.profiles.loader import BUILTIN_DIR
 from servekit.render import render
-from servekit.render._container import MULTI_NODE_TARGETS
+from servekit.render.container import MULTI_NODE_TARGETS
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 

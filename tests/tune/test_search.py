@@ -153,6 +153,7 @@ def test_m3_search_finds_speculation_on_at_low_load_and_its_schedule() -> None:
     assert all(f.scored.evaluation.goodput_rps == 0 for f in offs)
     front = pareto(result.finalists)
     assert front == sorted(front, key=lambda p: p[2])
+    assert pareto(result.finalists[::-1]) == front  # ties too: a total order, not set order
     # the fastest streams come from speculation, the most throughput per GPU without it
     ids = {f.candidate.ident: f.candidate.settings.speculation for f in result.finalists}
     assert ids[front[-1][0]].on

@@ -23,7 +23,7 @@ from servekit import __version__, jsontext
 from servekit.analyze.slo import slo_of_block
 from servekit.analyze.summarize import point_metrics, point_to_json, summary_document
 from servekit.analyze.traffic import ScheduleBound, traffic_blocks, with_traffic
-from servekit.bench._files import read_json_document
+from servekit.bench.files import read_json_document
 from servekit.bench.spec import PointOutcome, PointSpec
 from servekit.bench.store import (
     RECORDS_FILE,

@@ -48,6 +48,7 @@ from servekit.client.transport import Transport
 from servekit.errors import EndpointError
 from servekit.records import RequestRecord
 from servekit.results.summary import ClientBlock
+from servekit.workload.load import point_rng
 from servekit.workload.sessions import arrival_rng
 
 POOL_START_LEAD_S = 0.3  # worker processes start a point together, this long after dispatch
@@ -118,7 +119,7 @@ async def run_points(
         warm = [p.body for p in planned[: spec.warmup]]
         await asyncio.gather(*(endpoint.stream(path, b, timeout_s=spec.timeout_s) for b in warm))
         offset = spec.warmup
-        for point, count in zip(points, counts, strict=True):
+        for index, (point, count) in enumerate(zip(points, counts, strict=True)):
             bodies = planned[offset : offset + count]
             offset += count
             progress.current, progress.current_records = point, []
@@ -131,7 +132,7 @@ async def run_points(
                 bodies,
                 writer,
                 on_record,
-                rng,
+                point_rng(spec.seed, index),  # the simulator's arrivals for this point
                 progress.current_records,
                 pool,
             )
@@ -210,7 +211,7 @@ async def _run_point(
     bodies: list[Planned],
     writer: RecordWriter,
     on_record: Callable[[RequestRecord], None],
-    rng: random.Random,
+    arrivals: random.Random,
     records: list[RequestRecord],
     pool: PointSender | None,
 ) -> PointOutcome:
@@ -230,7 +231,7 @@ async def _run_point(
             concurrency=point.concurrency or 0,
             schedule=()
             if point.concurrency is not None
-            else arrival_schedule(point, len(bodies), rng),
+            else arrival_schedule(point, len(bodies), arrivals),
             cap=point.max_concurrency,
             start_ns=start,
             deadline_ns=point_deadline(spec, start),

@@ -7,6 +7,7 @@ worker pool and the CLI can name them without importing the asyncio runner.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -14,8 +15,9 @@ from servekit.records import RequestRecord
 from servekit.redaction import Redactor
 from servekit.results.summary import ClientBlock, ServerBlock
 from servekit.workload.datasets import LengthSpec, PromptItem
+from servekit.workload.load import TRACE_LABEL, Load
 from servekit.workload.sessions import SessionsSpec
-from servekit.workload.traces import Trace
+from servekit.workload.traces import Trace, replay_rate
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,3 +103,46 @@ class ProgressSink(Protocol):
 
     def record(self, record: RequestRecord) -> None:
         """One request of the current point ended."""
+
+
+def bench_spec(load: Load, target: BenchSpec) -> BenchSpec:
+    """`target` (where to send, and how) sending `load`: the one place a load becomes
+    bench's spec (the load's fields replace the target's)."""
+    return dataclasses.replace(
+        target,
+        api=load.api,
+        input_len=load.input_len.mean,
+        output_len=load.output_len.mean,
+        temperature=load.temperature,
+        requests_per_point=load.requests_per_point,
+        seed=load.seed,
+        input_dist=load.input_len if load.input_len.kind != "fixed" else None,
+        output_dist=load.output_len if load.output_len.kind != "fixed" else None,
+        dataset=load.dataset,
+        shared_prefix=load.shared_prefix,
+        duration_per_point_s=load.duration_per_point_s,
+        tools=load.tools,
+        trace=load.trace,
+        sessions=load.sessions,
+    )
+
+
+def bench_points(load: Load) -> list[PointSpec]:
+    """bench's points for a load: one per level, or a trace replay's one point, which sends
+    the trace's requests at its offsets (its `rate_rps` is the replay's mean rate)."""
+    if load.trace is not None:
+        offsets = tuple(r.offset_s for r in load.trace.requests)
+        rate = replay_rate(load.trace)
+        return [PointSpec(TRACE_LABEL, rate_rps=rate, schedule=offsets, requests=len(offsets))]
+    return [
+        PointSpec(level.label, concurrency=level.concurrency, requests=level.requests)
+        if level.concurrency is not None
+        else PointSpec(
+            level.label,
+            rate_rps=level.rate_rps,
+            arrival=load.arrival,
+            max_concurrency=load.max_concurrency,
+            requests=level.requests,
+        )
+        for level in load.levels
+    ]

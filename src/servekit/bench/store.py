@@ -18,7 +18,7 @@ from types import TracebackType
 
 from servekit import jsontext, mdtext
 from servekit.analyze.point_columns import point_headers, point_rows
-from servekit.bench._files import iter_lines, read_json_document
+from servekit.bench.files import iter_lines, read_json_document
 from servekit.errors import ServekitError, UsageError
 from servekit.records import RecordFormatError, RequestRecord, record_from_json
 from servekit.redaction import Redactor

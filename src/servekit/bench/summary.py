@@ -16,10 +16,10 @@ from pydantic import JsonValue
 from servekit.analyze.slo import Slo
 from servekit.analyze.summarize import point_metrics, point_to_json, summary_document
 from servekit.analyze.traffic import RATE_DIGITS, ScheduleBound, traffic_blocks, with_traffic
-from servekit.bench._signals import StopSignals, sigterm_as_interrupt
 from servekit.bench.pool import WorkerPool
 from servekit.bench.resummarize import write_run_info
 from servekit.bench.runner import Progress, run_points
+from servekit.bench.signals import StopSignals, sigterm_as_interrupt
 from servekit.bench.spec import BenchSpec, PointOutcome, PointSpec, ProgressSink
 from servekit.bench.store import (
     RUN_FILES,

@@ -6,6 +6,7 @@ import random
 from typing import Any
 
 from servekit.bench.sessions import tool_validators
+from servekit.cli._load_options import LoadOptions
 from servekit.cli._values import parse_numbers, read_text_option
 from servekit.errors import UsageError
 from servekit.workload.datasets import parse_length
@@ -20,7 +21,7 @@ from servekit.workload.sessions import (
 DEFAULT_SESSIONS_PER_POINT = 16
 
 
-def sessions_input(opts: dict[str, Any], tools: tuple[dict[str, Any], ...]) -> SessionsSpec | None:
+def sessions_input(options: LoadOptions, tools: tuple[dict[str, Any], ...]) -> SessionsSpec | None:
     """The sessions to send, or None without --conversations, --turns or --agent.
 
     --conversations reads every conversation of the file (--turns caps their turns);
@@ -35,27 +36,27 @@ def sessions_input(opts: dict[str, Any], tools: tuple[dict[str, Any], ...]) -> S
             honour, --agent without tools, a bad file or delay.
     """
     tool_validators(tools)  # one line naming the tool and the schema's problem
-    conversations, turns, agent = opts.get("conversations"), opts.get("turns"), opts.get("agent")
+    conversations, turns, agent = options.conversations, options.turns, options.agent
     if conversations is None and turns is None and not agent:
-        if opts.get("sessions_per_point") is not None:
+        if options.sessions_per_point is not None:
             raise UsageError(
                 "--sessions counts sessions; it needs --conversations, --turns or --agent",
                 fix="add --turns N (synthetic sessions) or --conversations FILE",
             )
         return None
-    _refuse_with_sessions(opts)
+    _refuse_with_sessions(options)
     if agent and not tools:
         raise UsageError(
             "--agent needs tools the model may call",
             fix="pass --tools FILE with at least one tool (e.g. examples/agent/tools.json)",
         )
-    per_point = opts.get("sessions_per_point") or DEFAULT_SESSIONS_PER_POINT
+    per_point = options.sessions_per_point or DEFAULT_SESSIONS_PER_POINT
     # str(): sim run's lengths are plain integers, bench's may be distributions
-    input_len = parse_length(str(opts.get("input_len") or 1024), "--input-len")
-    output_len = parse_length(str(opts.get("output_len") or 128), "--output-len")
-    rng = random.Random(opts.get("seed", 0))  # noqa: S311 - reproducible lengths
-    points = len(parse_numbers(opts.get("concurrency"), int, "--concurrency")) + len(
-        parse_numbers(opts.get("rate"), float, "--rate", allow_inf=True)
+    input_len = parse_length(str(options.input_len or 1024), "--input-len")
+    output_len = parse_length(str(options.output_len or 128), "--output-len")
+    rng = random.Random(options.seed)  # noqa: S311 - reproducible lengths
+    points = len(parse_numbers(options.concurrency, int, "--concurrency")) + len(
+        parse_numbers(options.rate, float, "--rate", allow_inf=True)
     )
     if conversations is not None:
         text = read_text_option(conversations, "--conversations")
@@ -71,13 +72,13 @@ def sessions_input(opts: dict[str, Any], tools: tuple[dict[str, Any], ...]) -> S
     return SessionsSpec(
         sessions=tuple(plans),
         source=source,
-        think_time=parse_delay(opts.get("think_time") or "0", "--think-time"),
+        think_time=parse_delay(options.think_time or "0", "--think-time"),
         sessions_per_point=per_point,
         agent=AgentSpec(
             tools=tools,
-            tool_latency=parse_delay(opts.get("tool_latency") or "0", "--tool-latency"),
-            tool_result=opts.get("tool_result") or "",
-            max_turns=opts.get("agent_turns") or 8,
+            tool_latency=parse_delay(options.tool_latency or "0", "--tool-latency"),
+            tool_result=options.tool_result or "",
+            max_turns=options.agent_turns or 8,
         )
         if agent
         else None,
@@ -85,25 +86,25 @@ def sessions_input(opts: dict[str, Any], tools: tuple[dict[str, Any], ...]) -> S
     )
 
 
-def _refuse_with_sessions(opts: dict[str, Any]) -> None:
+def _refuse_with_sessions(options: LoadOptions) -> None:
     """One line for each option sessions cannot honour."""
-    if opts.get("trace") is not None:
+    if options.trace is not None:
         raise UsageError(
             "--trace replays single requests; it cannot take --conversations, --turns or --agent",
             fix="drop --trace, or drop the session options",
         )
-    if opts.get("dataset") is not None:
+    if options.dataset is not None:
         raise UsageError(
             "sessions take their prompts from --conversations (or make them); they cannot "
             "take --dataset",
             fix="pass the file as --conversations FILE instead",
         )
-    if opts.get("api") == "completions":
+    if options.api == "completions":
         raise UsageError(
             "sessions send chat histories; they cannot run with --api completions",
             fix="use --api chat (the default)",
         )
-    if (opts.get("workers") or 1) > 1:
+    if (options.workers or 1) > 1:
         raise UsageError(
             "sessions with --workers > 1 are not supported yet", fix="run them with --workers 1"
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from servekit.bench._files import read_json_document
+from servekit.bench.files import read_json_document
 from servekit.errors import ModelDirError
 from servekit.profiles import Profile
 
@@ -14,7 +14,7 @@ MAX_CONFIG_BYTES = 16 << 20  # far above any real config.json; a bigger file is 
 
 def read_config_json(path: Path) -> dict[str, Any]:
     """The JSON object of a config.json, or one line saying why not (read by
-    `bench._files.read_json_document`: a regular file of bounded size, UTF-8, strict JSON).
+    `bench.files.read_json_document`: a regular file of bounded size, UTF-8, strict JSON).
 
     Raises:
         ServekitError: not a readable regular file, over 16 MiB or not JSON.

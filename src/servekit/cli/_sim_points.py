@@ -1,82 +1,49 @@
-"""`servekit sim run`'s load points from its options (shell): fixed-length points, a trace
-replay, or sessions and agent loops, read by bench's own parsers."""
+"""`servekit sim run`'s load from its options (shell): fixed-length points, a trace
+replay, or sessions and agent loops, read by the same `traffic_load` bench uses."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from servekit.bench.summary import session_info, tool_name, trace_info
-from servekit.cli._bench_sessions import sessions_input
-from servekit.cli._bench_trace import trace_input
-from servekit.cli._output import check_load_options
-from servekit.cli._unused_options import refuse_unused
-from servekit.cli._values import parse_numbers, read_text_option
+from servekit.cli._load import traffic_load
+from servekit.cli._load_options import LoadOptions
 from servekit.profiles import Profile
 from servekit.results.summary import Workload
-from servekit.sim.offline import AnyPoint, LoadPoint
-from servekit.sim.traffic import SessionsPoint, TracePoint
-from servekit.workload.tools import parse_tools
+from servekit.workload.load import Load
 from servekit.workload.traces import mean_lengths
 
 
-def sim_points(
-    opts: dict[str, Any], profile: Profile, ilen: int, olen: int
-) -> tuple[list[AnyPoint], Workload]:
-    """The load points the options ask for, and the summary's description of the load.
+def sim_load(opts: dict[str, Any], profile: Profile, ilen: int, olen: int) -> Load:
+    """The load the options ask for (`ilen`, `olen`: the lengths when none are given)."""
+    return traffic_load(
+        LoadOptions.of(opts),
+        command="sim run",
+        max_model_len=profile.serve_args.max_model_len,
+        lens=(ilen, olen),
+        requests_per_point=opts["requests_per_point"],
+    )
 
-    Trace and session options are bench's, read by bench's own parsers.
-    """
-    temperature, seed = opts["temperature"], opts["seed"]
-    concurrency, rate, arrival = opts["concurrency"], opts["rate"], opts["arrival"]
-    wanted = {"api": "chat", "dataset": None, "workers": 1}
-    refuse_unused(opts, command="sim run")
-    replay = trace_input({**opts, **wanted}, profile.serve_args.max_model_len)
-    if replay is not None:
-        trace, spec = replay
-        means = mean_lengths(trace) or (ilen, olen)
-        workload = Workload(
+
+def sim_workload(load: Load) -> Workload:
+    """The summary's description of the load."""
+    if load.trace is not None:
+        means = mean_lengths(load.trace) or (load.input_len.mean, load.output_len.mean)
+        return Workload(
             input_len=means[0],
             output_len=means[1],
-            temperature=temperature,
-            requests_per_point=len(trace.requests),
-            seed=seed,
-            trace=trace_info(trace),
+            temperature=load.temperature,
+            requests_per_point=len(load.trace.requests),
+            seed=load.seed,
+            trace=trace_info(load.trace),
         )
-        return [TracePoint(spec.label, trace, temperature, rate_rps=spec.rate_rps)], workload
-    check_load_options(concurrency, rate, arrival)
-    tools = (
-        parse_tools(read_text_option(opts["tools"], "--tools"), str(opts["tools"]))
-        if opts["tools"]
-        else ()
-    )
-    sessions = sessions_input(
-        {**opts, **wanted, "input_len": str(ilen), "output_len": str(olen)}, tools
-    )
-    levels: list[tuple[str, int | None, float | None]] = [
-        (f"c={int(c)}", int(c), None) for c in parse_numbers(concurrency, int, "--concurrency")
-    ]
-    levels += [
-        (f"rate={r:g}", None, r) for r in parse_numbers(rate, float, "--rate", allow_inf=True)
-    ]
-    workload = Workload(
-        input_len=ilen,
-        output_len=olen,
-        temperature=temperature,
-        requests_per_point=sessions.sessions_per_point if sessions else opts["requests_per_point"],
-        seed=seed,
-        tools=[tool_name(t) for t in tools] if tools else None,
+    sessions = load.sessions
+    return Workload(
+        input_len=load.input_len.mean,
+        output_len=load.output_len.mean,
+        temperature=load.temperature,
+        requests_per_point=sessions.sessions_per_point if sessions else load.requests_per_point,
+        seed=load.seed,
+        tools=[tool_name(t) for t in load.tools] if load.tools else None,
         sessions=session_info(sessions),
     )
-    if sessions is not None:
-        per_point = sessions.sessions_per_point
-        return [
-            SessionsPoint(label, sessions, index * per_point, temperature, c, r, arrival)
-            for index, (label, c, r) in enumerate(levels)
-        ], workload
-    n = opts["requests_per_point"]
-    return [
-        LoadPoint(label, n, ilen, olen, temperature, concurrency=c, rate_rps=r, arrival=arrival)
-        if r is not None
-        else LoadPoint(label, n, ilen, olen, temperature, concurrency=c)
-        for label, c, r in levels
-    ], workload

@@ -13,9 +13,9 @@ from servekit.errors import UsageError
 from servekit.hardware import lookup_gpu
 from servekit.plan import plan_inputs
 from servekit.profiles import load_profile
-from servekit.profiles._yaml import parse
 from servekit.profiles.loader import available_profiles
 from servekit.profiles.schema import Profile
+from servekit.profiles.yaml_files import parse
 from servekit.runtime.state import state_dir as default_state_dir
 from servekit.tune.measure import EngineOptions
 from servekit.tune.space import default_space, read_space

@@ -7,11 +7,10 @@ test calling the option functions directly), nothing counts as given.
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 from click.core import ParameterSource
 
+from servekit.cli._load_options import LoadOptions
 from servekit.errors import UsageError
 
 TRACE_ONLY = ("trace_format", "time_scale", "trace_start", "trace_duration", "max_requests",
@@ -31,16 +30,16 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def refuse_unused(opts: dict[str, Any], *, command: str = "bench") -> None:
+def refuse_unused(options: LoadOptions, *, command: str = "bench") -> None:
     """Raise on the first option given that the load it describes would not use.
 
     Raises:
         UsageError: e.g. --time-scale without --trace, --arrival with --trace, --warmup with
             sessions, --tool-latency without --agent.
     """
-    trace = opts.get("trace") is not None
-    sessions = bool(opts.get("conversations") or opts.get("turns") or opts.get("agent"))
-    agent = bool(opts.get("agent"))
+    trace = options.trace is not None
+    sessions = bool(options.conversations or options.turns or options.agent)
+    agent = bool(options.agent)
     checks: list[tuple[bool, tuple[str, ...], str, str]] = [
         (not trace, TRACE_ONLY, "applies to --trace replays only", "add --trace FILE or drop it"),
         (trace, ("max_concurrency", "arrival", "requests_per_point", "duration_per_point"),
@@ -48,7 +47,7 @@ def refuse_unused(opts: dict[str, Any], *, command: str = "bench") -> None:
          "window the trace with --trace-start, --trace-duration or --max-requests"),
         (sessions, ("requests_per_point",), "does not apply to sessions",
          "set the sessions per point with --sessions N"),
-        (sessions and bool(opts.get("warmup")), ("warmup",),
+        (sessions and bool(options.warmup), ("warmup",),
          "does not apply to sessions (they send no warm-up requests)", "drop it, or pass 0"),
         (not sessions, ("think_time",), "applies to sessions only",
          "add --turns N or --conversations FILE, or drop it"),

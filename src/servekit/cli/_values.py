@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from servekit import jsontext
-from servekit.bench._files import open_regular
+from servekit.bench.files import open_regular
 from servekit.errors import ServekitError, UsageError
 
 

@@ -97,7 +97,7 @@ def bench_command(as_json: bool, out: Path | None, slo: str | None, force: bool,
         return _show(rebuild_summary(resummarize, force=force), as_json)
     if out is None:
         raise UsageError("--out DIR is required", fix="name the run directory, e.g. --out runs/c16")
-    spec, points, prof = bench_inputs(opts)
+    spec, points, prof, _ = bench_inputs(opts)
     objectives = parse_slo(slo, option="--slo") if slo else None
     written: list[Summary] = []  # the summary, also when the sweep stops and raises
     try:

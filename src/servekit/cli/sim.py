@@ -68,10 +68,11 @@ def run_command(
     from servekit import __version__
     from servekit.analyze.slo import parse_slo
     from servekit.bench.store import RUN_FILES, RecordWriter, check_run_dir, write_summary
-    from servekit.cli._sim_points import sim_points
+    from servekit.cli._sim_points import sim_load, sim_workload
     from servekit.profiles import load_profile
     from servekit.report.tables import summary_tables
     from servekit.sim.build import build_engine
+    from servekit.sim.load_points import sim_points
     from servekit.sim.sweep import simulate_sweep, sweep_summary
     objectives = parse_slo(slo, option="--slo") if slo else None
     if out is not None:
@@ -80,7 +81,8 @@ def run_command(
     sim_input = profile.simulator.input_len if profile.simulator else None
     ilen = opts["input_len"] or sim_input or profile.bench_defaults.input_len
     olen = opts["output_len"] or profile.bench_defaults.output_len
-    points, workload = sim_points(opts, profile, ilen, olen)
+    load = sim_load(opts, profile, ilen, olen)
+    points, workload = sim_points(load), sim_workload(load)
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     seed = opts["seed"]
     results = simulate_sweep(lambda s: build_engine(profile, seed=s), points, seed=seed)

@@ -26,7 +26,7 @@ from servekit.doctor.facts import (
 from servekit.errors import ModelDirError
 from servekit.plan.checkpoint import path_kind, read_checkpoint
 from servekit.profiles.schema import Profile
-from servekit.render._container import host_path
+from servekit.render.container import host_path
 
 DOCKER_TIMEOUT_S = 15
 """How long one docker CLI call may take (a hung daemon socket must not hang doctor)."""

@@ -19,7 +19,8 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from servekit.errors import ConfigError, ProfileNotFound, UsageError
-from servekit.profiles._yaml import (
+from servekit.profiles.schema import Profile, deep_merge, profile_name_problem, safe_profile_name
+from servekit.profiles.yaml_files import (
     KeyPath,
     collect_lines,
     one_line,
@@ -27,7 +28,6 @@ from servekit.profiles._yaml import (
     parse_value,
     read_text,
 )
-from servekit.profiles.schema import Profile, deep_merge, profile_name_problem, safe_profile_name
 
 BUILTIN_DIR = Path(__file__).parent / "data"
 PROFILE_PATH_ENV = "SERVEKIT_PROFILE_PATH"

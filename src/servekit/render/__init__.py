@@ -4,8 +4,8 @@
 `vllm_serve_command` give the engine's argument list for code that launches it.
 """
 
-from servekit.render._container import image as container_image
 from servekit.render.argv import vllm_serve_args, vllm_serve_command
+from servekit.render.container import image as container_image
 from servekit.render.targets import render
 
 __all__ = ["container_image", "render", "vllm_serve_args", "vllm_serve_command"]

@@ -16,14 +16,14 @@ from typing import Any
 
 from servekit.errors import ConfigError
 from servekit.profiles.schema import Profile
-from servekit.render._container import (
+from servekit.render.argv import environment
+from servekit.render.container import (
     CONTAINER_PORT,
     HEALTH_PATH,
     image,
     resource_name,
     uses_gpus,
 )
-from servekit.render.argv import environment
 
 SHM_MOUNT_PATH = "/dev/shm"  # noqa: S108 - the container's shared memory, not a temp file
 PROBE_PERIOD_S = 10

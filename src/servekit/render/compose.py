@@ -18,7 +18,8 @@ import yaml
 
 from servekit.profiles.schema import Profile
 from servekit.render import shell
-from servekit.render._container import (
+from servekit.render.argv import environment, host_flags, vllm_serve_args
+from servekit.render.container import (
     CONTAINER_PORT,
     HEALTH_PATH,
     gpu_count,
@@ -29,7 +30,6 @@ from servekit.render._container import (
     resource_name,
     uses_gpus,
 )
-from servekit.render.argv import environment, host_flags, vllm_serve_args
 
 HEALTHCHECK_INTERVAL_S = 30
 HEALTHCHECK_TIMEOUT_S = 10

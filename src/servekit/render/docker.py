@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from servekit.profiles.schema import Profile
 from servekit.render import shell
-from servekit.render._container import (
+from servekit.render.argv import FlagGroup, environment, host_flags, vllm_serve_flags
+from servekit.render.container import (
     gpu_count,
     header_lines,
     image,
@@ -26,7 +27,6 @@ from servekit.render._container import (
     secret_lines,
     uses_gpus,
 )
-from servekit.render.argv import FlagGroup, environment, host_flags, vllm_serve_flags
 
 
 def docker_run_options(profile: Profile, *, env_values: bool = True) -> list[FlagGroup]:

@@ -20,7 +20,7 @@ from typing import Any
 from servekit import jsontext
 from servekit.errors import ConfigError
 from servekit.profiles.schema import Profile
-from servekit.render._container import one_line
+from servekit.render.container import one_line
 from servekit.render.patches import FilteredPatch, filter_patch
 
 IMAGE_DIR = "/opt/servekit"

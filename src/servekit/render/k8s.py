@@ -17,7 +17,6 @@ import yaml
 
 from servekit.profiles.schema import Profile
 from servekit.render import shell
-from servekit.render._container import header_lines, resource_name
 from servekit.render._k8s_pod import (
     app_labels,
     app_selector,
@@ -29,6 +28,7 @@ from servekit.render._k8s_pod import (
     service_ports,
 )
 from servekit.render.argv import vllm_serve_args
+from servekit.render.container import header_lines, resource_name
 from servekit.render.lws import lws_documents, render_lws
 
 __all__ = ["k8s_documents", "k8s_quantity", "render_k8s"]

@@ -19,7 +19,6 @@ import yaml
 
 from servekit.profiles.schema import Profile
 from servekit.render import shell
-from servekit.render._container import header_lines, resource_name
 from servekit.render._k8s_pod import (
     app_labels,
     app_selector,
@@ -31,6 +30,7 @@ from servekit.render._k8s_pod import (
 )
 from servekit.render._ray import head_start_words, join_ray_function, wait_for_gpus_function
 from servekit.render.argv import vllm_serve_flags
+from servekit.render.container import header_lines, resource_name
 
 API_VERSION = "leaderworkerset.x-k8s.io/v1"
 ROLE_LABEL = "role"

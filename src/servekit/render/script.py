@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from servekit.profiles.schema import Profile
 from servekit.render import shell
-from servekit.render._container import header_lines
 from servekit.render._ray import (
     RAY_PORT,
     head_start_words,
@@ -23,6 +22,7 @@ from servekit.render._ray import (
     wait_for_gpus_function,
 )
 from servekit.render.argv import environment, host_flags, vllm_serve_flags
+from servekit.render.container import header_lines
 
 _CASE_INDENT = "    "  # the body of a `case` branch in the Ray script
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Iterable, Sequence
 
-from servekit.render._container import one_line
+from servekit.render.container import one_line
 
 INDENT = "  "
 """Indent of continuation lines."""

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from servekit.errors import UsageError
 from servekit.names import TARGETS
 from servekit.profiles.schema import Profile
-from servekit.render._container import MULTI_NODE_TARGETS, multi_node_error
 from servekit.render.compose import render_compose
+from servekit.render.container import MULTI_NODE_TARGETS, multi_node_error
 from servekit.render.docker import render_docker_run
 from servekit.render.k8s import render_k8s
 from servekit.render.script import render_command, render_script

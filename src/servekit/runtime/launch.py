@@ -32,8 +32,8 @@ from pathlib import Path
 from servekit.client.probe import port_in_use
 from servekit.errors import ConfigError, LaunchError
 from servekit.profiles.schema import Profile
-from servekit.render._container import host_path, image, multi_node_error, resource_name
 from servekit.render.argv import host_flags, vllm_serve_args
+from servekit.render.container import host_path, image, multi_node_error, resource_name
 from servekit.render.docker import docker_engine_flags, docker_run_options
 from servekit.runtime.control import adopt, liveness, stop_group
 from servekit.runtime.docker_cli import (

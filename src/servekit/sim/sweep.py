@@ -8,7 +8,6 @@ the point's index, so the same seed gives the same records whatever else ran bef
 from __future__ import annotations
 
 import dataclasses
-import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -19,6 +18,7 @@ from servekit.results.summary import ServerBlock, SloBlock, Summary, Target, Wor
 from servekit.sim.engine import Engine, EngineStats
 from servekit.sim.offline import AnyPoint, LoadPoint, PointRun, run_point
 from servekit.sim.traffic import SessionsPoint, TracePoint
+from servekit.workload.load import point_rng, point_seed
 
 DEFAULT_MAX_SCHEDULE_LAG_MS = 10.0  # bench's --max-schedule-lag-ms default
 
@@ -60,12 +60,11 @@ def simulate_sweep(
     point draws its delays and arrivals from `seed` itself, as bench does."""
     results = []
     for index, point in enumerate(points):
-        point_seed = seed * 1_000_003 + index
-        engine = new_engine(point_seed)
+        engine = new_engine(point_seed(seed, index))
         seeded = point
         if isinstance(point, SessionsPoint):
             seeded = dataclasses.replace(point, seed=seed)
-        run = run_point(engine, seeded, random.Random(point_seed))
+        run = run_point(engine, seeded, point_rng(seed, index))  # bench's arrivals too
         results.append(SimPointResult(seeded, run, engine.stats))
     return results
 

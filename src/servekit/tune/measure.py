@@ -19,7 +19,7 @@ from pathlib import Path
 
 from servekit import __version__
 from servekit.analyze.slo import Slo
-from servekit.bench.spec import BenchSpec, PointSpec
+from servekit.bench.spec import BenchSpec, PointSpec, bench_points, bench_spec
 from servekit.bench.store import read_records
 from servekit.bench.summary import run_bench
 from servekit.client.address import server_address
@@ -32,8 +32,7 @@ from servekit.runtime.state import EngineState, read_state, remove_state
 from servekit.runtime.watchdog import start_watchdog
 from servekit.tune.evaluate import LoadResult, Simulator, judge_records
 from servekit.tune.journal import Journal
-from servekit.tune.workload import TuneWorkload, speed_up
-from servekit.workload.traces import replay_rate
+from servekit.tune.workload import TuneWorkload
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,32 +150,20 @@ def bench_inputs(
     )
     model = profile.serve_args.served_model_name or profile.model.path
     n = Simulator.requests_at(workload, load, requests)
-    spec = BenchSpec(
+    replayed = workload.trace is not None or workload.sessions is not None
+    target = BenchSpec(
         base_url=address.base_url,
         model=model,
-        input_len=workload.input_len,
-        output_len=workload.output_len,
-        temperature=workload.temperature,
-        requests_per_point=n,
-        warmup=0 if workload.sessions is not None or workload.trace is not None else options.warmup,
+        warmup=0 if replayed else options.warmup,
         headers=address.headers,
         redactor=address.redactor,
         timeout_s=options.timeout_s,
     )
-    label = workload.label(load)
-    if workload.trace is not None:
-        trace = speed_up(workload.trace, load)
-        offsets = tuple(r.offset_s for r in trace.requests)
-        spec = dataclasses.replace(spec, trace=trace)
-        return spec, PointSpec(
-            "trace", rate_rps=replay_rate(trace), schedule=offsets, requests=len(offsets)
-        )
-    if workload.sessions is not None:
-        sessions = dataclasses.replace(workload.sessions, sessions_per_point=n, points=1)
-        spec = dataclasses.replace(spec, sessions=sessions)
-    if workload.loop == "concurrency":
-        return spec, PointSpec(label, concurrency=round(load))
-    return spec, PointSpec(label, rate_rps=load, arrival=workload.arrival)
+    at_level = workload.load_at(load, n)
+    point = bench_points(at_level)[0]
+    if workload.trace is None:  # tune's own label of a searched level (a trace's is "trace")
+        point = dataclasses.replace(point, label=workload.label(load))
+    return bench_spec(at_level, target), point
 
 
 def measure_point(

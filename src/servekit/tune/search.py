@@ -404,7 +404,9 @@ def _schedule(
 
 
 def pareto(finalists: Sequence[Finalist]) -> list[tuple[str, float, float, float]]:
-    """Non-dominated (per-stream speed, throughput per GPU) ladder points of the finalists."""
+    """Non-dominated (per-stream speed, throughput per GPU) ladder points of the finalists,
+    slowest streams first; ties in a fixed order (by throughput, then id and load), never
+    in the order a set's string hashes happen to give."""
     points = []
     for f in finalists:
         gpus = f.candidate.replica().gpus
@@ -418,7 +420,7 @@ def pareto(finalists: Sequence[Finalist]) -> list[tuple[str, float, float, float
         for p in points
         if not any(q[2] >= p[2] and q[3] >= p[3] and (q[2] > p[2] or q[3] > p[3]) for q in points)
     ]
-    return sorted(set(front), key=lambda p: p[2])
+    return sorted(set(front), key=lambda p: (p[2], p[3], p[0], p[1]))
 
 
 def search(

@@ -15,6 +15,8 @@ from typing import Literal
 
 from servekit.sim.offline import AnyPoint, LoadPoint
 from servekit.sim.traffic import SessionsPoint, TracePoint
+from servekit.workload.datasets import LengthSpec
+from servekit.workload.load import Level, Load
 from servekit.workload.sessions import SessionsSpec
 from servekit.workload.traces import Trace, replay_rate
 
@@ -45,6 +47,27 @@ class TuneWorkload:
     arrival: str = "poisson"
     sessions: SessionsSpec | None = None
     trace: Trace | None = None
+
+    @classmethod
+    def of(cls, load: Load, loop: Loop) -> TuneWorkload:
+        """The workload of a Load (its levels are what tune searches, so it has none): a
+        trace is an open loop; a length distribution is searched at its mean."""
+        if load.trace is not None:
+            requests = len(load.trace.requests)
+        elif load.sessions is not None:
+            requests = load.sessions.sessions_per_point
+        else:
+            requests = load.requests_per_point
+        return cls(
+            loop="rate" if load.trace is not None else loop,
+            input_len=load.input_len.mean,
+            output_len=load.output_len.mean,
+            temperature=load.temperature,
+            requests=requests,
+            arrival=load.arrival,
+            sessions=load.sessions,
+            trace=load.trace,
+        )
 
     @property
     def kind(self) -> str:
@@ -109,6 +132,30 @@ class TuneWorkload:
         if self.loop == "concurrency":
             return f"c={round(load)}"
         return f"rate={load:.4g}"
+
+    def load_at(self, load: float, requests: int) -> Load:
+        """The traffic of one load level, as bench sends it (a trace sped up by `load`;
+        sessions: `requests` of them at this one level)."""
+        if self.trace is not None:
+            trace = speed_up(self.trace, load)
+            lengths = LengthSpec(self.input_len), LengthSpec(self.output_len)
+            count = len(trace.requests)
+            return Load(*lengths, self.temperature, requests_per_point=count, trace=trace)
+        level = (
+            Level(concurrency=round(load)) if self.loop == "concurrency" else Level(rate_rps=load)
+        )
+        sessions = None
+        if self.sessions is not None:
+            sessions = dataclasses.replace(self.sessions, sessions_per_point=requests, points=1)
+        return Load(
+            LengthSpec(self.input_len),
+            LengthSpec(self.output_len),
+            self.temperature,
+            requests_per_point=requests,
+            levels=(level,),
+            arrival=self.arrival,
+            sessions=sessions,
+        )
 
     def sim_point(self, load: float, requests: int) -> AnyPoint:
         """The simulator's point at one replica's load level."""

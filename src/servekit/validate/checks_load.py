@@ -8,7 +8,7 @@ import random
 from collections import Counter
 from typing import Any
 
-from servekit.bench._files import open_regular
+from servekit.bench.files import open_regular
 from servekit.bench.scrape import scrape, server_block
 from servekit.errors import ServekitError
 from servekit.kb.known_issues import Behaviour, known_issues, match_log_lines

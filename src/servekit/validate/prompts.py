@@ -43,12 +43,12 @@ def ladder_prompt(index: int) -> str:
     return f"Write one sentence about {topic}.{suffix}"
 
 
-def thinking_off(kwargs: dict[str, Any]) -> dict[str, Any]:
+def thinking_off(template_kwargs: dict[str, Any]) -> dict[str, Any]:
     """The chat-template arguments that turn thinking off, from the ones that turn it on:
     "enabled" becomes "disabled" and true becomes false (M3's thinking_mode, Qwen's
     enable_thinking)."""
     flipped: dict[str, Any] = {}
-    for key, value in kwargs.items():
+    for key, value in template_kwargs.items():
         if value == "enabled":
             flipped[key] = "disabled"
         elif value is True:

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from servekit import jsontext
-from servekit.bench._signals import sigterm_as_interrupt
 from servekit.bench.scrape import scrape
+from servekit.bench.signals import sigterm_as_interrupt
 from servekit.client.endpoint import open_endpoint
 from servekit.client.transport import Transport
 from servekit.errors import Interrupted, Terminated, UsageError
