@@ -13,12 +13,12 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
-from servekit.sim.offline import AnyPoint, LoadPoint
-from servekit.sim.traffic import SessionsPoint, TracePoint
+from servekit.sim.load_points import sim_points
+from servekit.sim.offline import AnyPoint
 from servekit.workload.datasets import LengthSpec
 from servekit.workload.load import Level, Load
 from servekit.workload.sessions import SessionsSpec
-from servekit.workload.traces import Trace, replay_rate
+from servekit.workload.traces import Trace
 
 Loop = Literal["concurrency", "rate"]
 
@@ -158,41 +158,10 @@ class TuneWorkload:
         )
 
     def sim_point(self, load: float, requests: int) -> AnyPoint:
-        """The simulator's point at one replica's load level."""
-        label = self.label(load)
-        if self.trace is not None:
-            trace = speed_up(self.trace, load)
-            return TracePoint(label, trace, self.temperature, rate_rps=replay_rate(trace))
-        closed = self.loop == "concurrency"
-        if self.sessions is not None:
-            spec = dataclasses.replace(self.sessions, sessions_per_point=requests)
-            return SessionsPoint(
-                label,
-                spec,
-                0,
-                self.temperature,
-                concurrency=round(load) if closed else None,
-                rate_rps=None if closed else load,
-                arrival=self.arrival,
-            )
-        if closed:
-            return LoadPoint(
-                label,
-                requests,
-                self.input_len,
-                self.output_len,
-                self.temperature,
-                concurrency=round(load),
-            )
-        return LoadPoint(
-            label,
-            requests,
-            self.input_len,
-            self.output_len,
-            self.temperature,
-            rate_rps=load,
-            arrival=self.arrival,
-        )
+        """The simulator's point at one replica's load level: the simulator's reading of
+        that level's Load (`load_at`, the traffic bench sends), under tune's label."""
+        point = sim_points(self.load_at(load, requests))[0]
+        return dataclasses.replace(point, label=self.label(load))
 
 
 def speed_up(trace: Trace, factor: float) -> Trace:
