@@ -18,30 +18,15 @@ import sys
 import time
 from pathlib import Path
 
-import click
-
 SRC = Path(__file__).resolve().parent.parent / "src"
 sys.path.insert(0, str(SRC))
 
-from servekit.cli.main import cli  # noqa: E402  (the checkout's sources, not an install)
+from servekit.cli.main import command_paths  # noqa: E402  (the checkout's sources)
 
 SERVEKIT = Path(sys.executable).parent / "servekit"
 CHEAP = [["profiles", "list"], ["render", "minimax-m3-mxfp8-8xa800", "--target", "vllm"]]
 RUNS = 10
 BOUND_MS = 150.0
-
-
-def command_paths(group: click.Group, prefix: tuple[str, ...] = ()) -> list[list[str]]:
-    """Every command's words (`["sim", "run"]`), walking the groups."""
-    ctx = click.Context(group)
-    paths: list[list[str]] = []
-    for name in group.list_commands(ctx):
-        command = group.get_command(ctx, name)
-        if isinstance(command, click.Group):
-            paths += command_paths(command, (*prefix, name))
-        elif command is not None:
-            paths.append([*prefix, name])
-    return paths
 
 
 def wall_ms(args: list[str], env: dict[str, str]) -> float:
@@ -56,7 +41,7 @@ def main() -> None:
     env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     wall_ms(["--help"], env)  # warm the file cache and the bytecode
     print(f"load average: {os.getloadavg()[0]:.2f}")
-    lines = [["--help"]] + [[*path, "--help"] for path in command_paths(cli)] + CHEAP
+    lines = [["--help"]] + [[*path, "--help"] for path in command_paths()] + CHEAP
     over = []
     for args in lines:
         runs = sorted(wall_ms(args, env) for _ in range(RUNS))

@@ -12,7 +12,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from servekit.cli.main import COMMANDS, cli
+from servekit.cli.main import COMMANDS, cli, command_paths
 
 SRC = Path(__file__).resolve().parent.parent / "src"
 HEAVY = ("matplotlib", "aiohttp", "numpy")
@@ -87,20 +87,7 @@ def test_an_unknown_command_is_a_usage_error() -> None:
     assert "No such command 'nonesuch'" in result.output
 
 
-def _command_paths(group: click.Group, prefix: tuple[str, ...] = ()) -> list[list[str]]:
-    """Every command's words (`["sim", "run"]`), walking the groups of the command table."""
-    ctx = click.Context(group)
-    paths: list[list[str]] = []
-    for name in group.list_commands(ctx):
-        command = group.get_command(ctx, name)
-        if isinstance(command, click.Group):
-            paths += _command_paths(command, (*prefix, name))
-        elif command is not None:
-            paths.append([*prefix, name])
-    return paths
-
-
-COMMAND_PATHS = _command_paths(cli)
+COMMAND_PATHS = command_paths()
 # What --help has no need of: the heavy libraries, and pydantic (whose models cost ~60 ms to
 # build); a command imports them in its body, when it runs.
 HELP_NEEDS_NONE_OF = (*HEAVY, "pydantic", "scipy")

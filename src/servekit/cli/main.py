@@ -113,6 +113,20 @@ def cli() -> None:
     """Plan, launch, validate and load-test LLMs served by vLLM."""
 
 
+def command_paths(group: click.Group = cli, prefix: tuple[str, ...] = ()) -> list[list[str]]:
+    """Every command's words (`["sim", "run"]`), walking the groups (importing every
+    command module: for tests and benchmarks, not for start-up)."""
+    ctx = click.Context(group)
+    paths: list[list[str]] = []
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        if isinstance(command, click.Group):
+            paths += command_paths(command, (*prefix, name))
+        elif command is not None:
+            paths.append([*prefix, name])
+    return paths
+
+
 def main() -> None:
     """Console-script entry point."""
     cli(prog_name="servekit")
