@@ -74,6 +74,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"validate"}),  # uses bench's load driving
     frozenset({"report"}),  # views, documents and plots of everything below
     frozenset({"demo", "tune"}),  # journeys
+    frozenset({"schemas"}),  # the published JSON Schemas, generated from every document
     frozenset({"cli"}),
     frozenset({"__main__"}),
 )

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from servekit.cli.main import cli
-from servekit.results.schemas import schema_documents, schema_text
+from servekit.schemas import schema_documents, schema_text
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "docs" / "schemas"
 PROFILE = "minimax-m3-mxfp8-8xa800"
@@ -37,7 +37,7 @@ def _run(*args: str) -> dict[str, Any]:
 
 def test_checked_in_schemas_match_the_models() -> None:
     """docs/schemas/ holds exactly what the models generate (regenerate: python -m
-    servekit.results.schemas)."""
+    servekit.schemas)."""
     generated = schema_documents()
     assert sorted(p.name for p in SCHEMAS.glob("*.json")) == sorted(generated)
     for name, schema in generated.items():

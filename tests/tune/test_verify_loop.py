@@ -24,8 +24,8 @@ import pytest
 import yaml
 
 from servekit.profiles import load_profile
-from servekit.results.schemas import schema_documents
 from servekit.runtime.state import group_alive
+from servekit.schemas import schema_documents
 
 pytestmark = [pytest.mark.integration]
 

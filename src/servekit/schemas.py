@@ -1,6 +1,6 @@
 """The JSON Schemas of servekit's documents, generated from the models (shell: writes files).
 
-`python -m servekit.results.schemas [DIR]` writes them to DIR (docs/schemas/ by default);
+`python -m servekit.schemas [DIR]` writes them to DIR (docs/schemas/ by default);
 tests/results/test_schemas.py fails when the checked-in files drift from the models.
 """
 
@@ -59,7 +59,7 @@ def write_schemas(directory: Path) -> list[Path]:
 def _with_header(name: str, schema: dict[str, JsonValue]) -> dict[str, JsonValue]:
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$comment": f"generated from the models: python -m servekit.results.schemas ({name})",
+        "$comment": f"generated from the models: python -m servekit.schemas ({name})",
         **schema,
     }
 
