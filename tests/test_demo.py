@@ -11,6 +11,7 @@ import pytest
 
 from servekit.analyze.compare import MIN_SPEC_GAIN_PCT
 from servekit.reference import FIT_BOUND, HELD_OUT_BOUND, SEED_TABLE, is_fitted
+from servekit.schemas import check_command_output
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 SEED = {p.concurrency: (p.output_throughput_tok_s, p.avg_latency_s) for p in SEED_TABLE}
@@ -67,7 +68,7 @@ def test_quick_demo_reproduces_the_deployment(tmp_path: Path) -> None:
     at 8 is the model's open gap); the report is written, and no simulator is left running."""
     done = _demo("--quick", "--out", str(tmp_path), "--json")
     assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout)
+    result = check_command_output("demo", done.stdout)  # its schema and model
     assert result["recommendation"].startswith(
         ("enable EAGLE3 at concurrency <= 4;", "enable EAGLE3 at concurrency <= 8;")
     ), result["recommendation"]
@@ -83,7 +84,7 @@ def test_quick_demo_reproduces_the_deployment(tmp_path: Path) -> None:
     for c, (tput, latency) in SEED.items():
         assert by_c[c]["output_throughput_tok_s"] == pytest.approx(tput, rel=_bound(c)), c
         assert by_c[c]["latency_s"]["mean"] == pytest.approx(latency, rel=_bound(c)), c
-    labels = [line.split("|")[1].strip() for line in result["table"][1:]]
+    labels = [line.split("|")[1].strip() for line in result["table"][1:]]  # type: ignore[index, union-attr]
     assert labels == ["fitted" if is_fitted(c) else "held out" for c in SEED]
     assert Path(result["report"]).is_file()
     markdown = Path(result["report"]).with_suffix(".md").read_text(encoding="utf-8")

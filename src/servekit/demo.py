@@ -20,7 +20,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from servekit import __version__
 from servekit.analyze.compare import compare_runs, highest_meeting, speculation_facts
@@ -35,6 +34,7 @@ from servekit.profiles import Profile, load_profile
 from servekit.reference import REFERENCE_PROFILE, SEED_TABLE, is_fitted
 from servekit.render.targets import render
 from servekit.report.build import write_report
+from servekit.results.demo import DEMO_VERSION, DemoDocument, PerStreamReach
 from servekit.results.summary import Summary
 from servekit.validate.context import ValidateSpec
 from servekit.validate.runner import CheckResult, run_validate
@@ -229,7 +229,7 @@ def run_demo(
     quick: bool = False,
     faults: tuple[str, ...] = (),
     say: Callable[[str], None] = print,
-) -> dict[str, Any]:
+) -> DemoDocument:
     """The whole journey; returns what it found. Raises ChecksFailed when validate fails."""
     demo = QUICK if quick else FULL
     started = time.monotonic()
@@ -294,15 +294,16 @@ def run_demo(
     per_stream: float = on.bench_defaults.per_stream_target_tok_s or 60.0
     advice = comparison.speculation
     setting = advice.speculative_config if advice else None
-    return {
-        "table": deployment_table(warm),
-        "recommendation": advice.recommendation if advice else None,
-        "speculative_config": setting.as_json() if setting else None,
-        "per_stream": {
-            "target_tok_s": per_stream,
-            "temperature_0.7": highest_meeting(warm, per_stream),
-            "temperature_0.0": highest_meeting(cold, per_stream),
-        },
-        "report": report["html"],
-        "seconds": round(time.monotonic() - started, 1),
-    }
+    return DemoDocument(
+        schema_version=DEMO_VERSION,
+        table=tuple(deployment_table(warm)),
+        recommendation=advice.recommendation if advice else None,
+        speculative_config=setting,
+        per_stream=PerStreamReach(
+            target_tok_s=per_stream,
+            temperature_0_7=highest_meeting(warm, per_stream),
+            temperature_0_0=highest_meeting(cold, per_stream),
+        ),
+        report=str(report.html),
+        seconds=round(time.monotonic() - started, 1),
+    )

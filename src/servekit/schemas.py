@@ -12,13 +12,20 @@ from pathlib import Path
 from pydantic import BaseModel, JsonValue, TypeAdapter
 
 from servekit import jsontext
+from servekit.doctor.documents import DoctorDocument, LogAnalysisDocument
 from servekit.records import RequestRecord
+from servekit.render.documents import ImageBuildDocument, RenderDocument
 from servekit.results.compare import Comparison
+from servekit.results.demo import DemoDocument
 from servekit.results.plan import PlanDocument
+from servekit.results.report import ReportDocument
 from servekit.results.run_info import RunInfo
+from servekit.results.sim_serve import ListeningEvent
 from servekit.results.summary import Summary
 from servekit.results.tune import TuneDocument
 from servekit.results.validate import ValidateDocument
+from servekit.runtime.documents import DownDocument, StatusDocument, UpDocument
+from servekit.sim.fit_document import SimFitDocument
 
 DOCS: dict[str, type[BaseModel]] = {
     "summary.schema.json": Summary,
@@ -27,8 +34,40 @@ DOCS: dict[str, type[BaseModel]] = {
     "compare.schema.json": Comparison,
     "run.schema.json": RunInfo,
     "tune.schema.json": TuneDocument,
+    "doctor.schema.json": DoctorDocument,
+    "logs-analyze.schema.json": LogAnalysisDocument,
+    "render.schema.json": RenderDocument,
+    "image-build.schema.json": ImageBuildDocument,
+    "report.schema.json": ReportDocument,
+    "demo.schema.json": DemoDocument,
+    "sim-fit.schema.json": SimFitDocument,
+    "sim-serve.schema.json": ListeningEvent,
+    "up.schema.json": UpDocument,
+    "status.schema.json": StatusDocument,
+    "down.schema.json": DownDocument,
 }
 RECORD_FILE = "record.schema.json"
+# The document each command's --json prints, by the command's words (tests/results/
+# test_schemas.py runs every command of the command table that has --json against it).
+COMMAND_DOCUMENTS: dict[str, str] = {
+    "bench": "summary.schema.json",
+    "compare": "compare.schema.json",
+    "demo": "demo.schema.json",
+    "doctor": "doctor.schema.json",
+    "down": "down.schema.json",
+    "image build": "image-build.schema.json",
+    "logs analyze": "logs-analyze.schema.json",
+    "plan": "plan.schema.json",
+    "render": "render.schema.json",
+    "report": "report.schema.json",
+    "sim fit": "sim-fit.schema.json",
+    "sim run": "summary.schema.json",
+    "sim serve": "sim-serve.schema.json",
+    "status": "status.schema.json",
+    "tune": "tune.schema.json",
+    "up": "up.schema.json",
+    "validate": "validate.schema.json",
+}
 
 
 def schema_documents() -> dict[str, dict[str, JsonValue]]:
@@ -38,6 +77,26 @@ def schema_documents() -> dict[str, dict[str, JsonValue]]:
         out[name] = _with_header(name, model.model_json_schema())
     out[RECORD_FILE] = _with_header(RECORD_FILE, TypeAdapter(RequestRecord).json_schema())
     return out
+
+
+def check_command_output(command: str, text: str) -> dict[str, JsonValue]:
+    """Parse a command's `--json` output and check it against its document's schema
+    (`COMMAND_DOCUMENTS`) and its model; return it (for tests and scripts).
+
+    Raises:
+        KeyError: `command` prints no document.
+        jsonschema.ValidationError: the output does not match the schema.
+        pydantic.ValidationError: the model refuses it.
+    """
+    import json
+
+    import jsonschema
+
+    name = COMMAND_DOCUMENTS[command]
+    document = json.loads(text)
+    jsonschema.Draft202012Validator(schema_documents()[name]).validate(document)
+    DOCS[name].model_validate(document)
+    return dict(document)
 
 
 def schema_text(schema: dict[str, JsonValue]) -> str:

@@ -128,7 +128,7 @@ def test_json_build_in_a_temporary_context_removes_it(workdir: Path, docker_log:
     assert doc["built"] is True
     assert doc["context_kept"] is False
     assert doc["command"] == ["docker", "build", "--force-rm", "--tag", TAG, doc["context"]]
-    assert doc["patches"][0]["dropped"] == [
+    assert doc["image"]["patches"][0]["dropped"] == [
         "docs/models/supported_models.md",
         "tests/kernels/attention/test_minimax_m3_topk.py",
     ]
@@ -293,7 +293,7 @@ def test_http_patch_is_downloaded(workdir: Path, diff_server: str) -> None:
     write_profile(workdir, f"{diff_server}/pr-python-only.diff")
     code, out, err = run("image", "build", f"{PROFILE}.yaml", "--dry-run", "--json")
     assert code == 0, err
-    assert json.loads(out)["patches"][0]["applied"] == [
+    assert json.loads(out)["image"]["patches"][0]["applied"] == [
         "vllm/model_executor/layers/sparse_attention/topk_index.py",
         "vllm/model_executor/models/minimax_m3.py",
     ]

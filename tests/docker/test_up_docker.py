@@ -91,7 +91,7 @@ def test_up_status_logs_validate_bench_down_journey(
     assert status.returncode == 0, status.stdout + status.stderr
     document = json.loads(status.stdout)
     assert (document["running"], document["healthy"], document["health"]) == (True, True, 200)
-    assert document["container_id"] == ident
+    assert document["engine"]["container_id"] == ident
     assert document["served_model"] == "/models/tiny"
 
     logs = dep.servekit("logs", "journey")

@@ -7,6 +7,11 @@ between modules, one typed traffic value), from that commit's own sources:
     .venv/bin/python tests/golden/make_golden.py --src /tmp/golden-base/src
     git worktree remove /tmp/golden-base
 
+Regenerated since, each time for one stated change of behaviour (CHANGELOG.md) and checked
+to differ from the stored files by exactly that: the render and tune cases when `render
+--json` and tune.json gained `schema_version` (issue #29, typed documents; one added key
+per file, nothing else moved).
+
 They prove that the refactor changes no behaviour: the same options give the same records,
 summaries, plans, tune documents and launch artifacts. Regenerate them only when a change
 of behaviour is intended, and state that change in CHANGELOG.md; never to make the test

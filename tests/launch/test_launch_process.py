@@ -132,7 +132,9 @@ def test_no_wait_returns_at_once_and_a_stale_state_is_replaced(launch_env: Launc
     name = launch_env.profile("nowait", _free_port())
     up = _up(launch_env, name, "--no-wait", "--json")
     assert up.returncode == 0  # type: ignore[attr-defined]
-    started = json.loads(up.stdout)  # type: ignore[attr-defined]
+    document = json.loads(up.stdout)  # type: ignore[attr-defined]
+    assert "ready" not in document  # --no-wait: started, not followed
+    started = document["engine"]
     assert started["runtime"] == "process"
     assert started["pid"] > 0
     try:

@@ -98,7 +98,7 @@ def test_a_traffic_run_gets_its_sections_and_the_turn_plot(tmp_path: Path) -> No
     assert "<td>2/2</td>" in page  # the traffic table's sessions cell: all completed
     assert "<td>yes</td>" in page  # the replay kept its schedule (lag 1 ms)
     plot = tmp_path / "out" / "ttft_by_turn.png"
-    assert str(plot) in written["plots"]
+    assert str(plot) in written.plots
     assert imread(str(plot)).shape[0] > 100
 
 
@@ -109,7 +109,7 @@ def test_a_plain_run_has_none_of_them(tmp_path: Path) -> None:
     for title in ("Prefix cache", "Sessions and agent loops", "Schedule", "TTFT by turn",
                   "traffic per load"):  # fmt: skip
         assert title not in page
-    assert not any(Path(p).name == "ttft_by_turn.png" for p in written["plots"])
+    assert not any(Path(p).name == "ttft_by_turn.png" for p in written.plots)
 
 
 def test_compare_of_two_replays_shows_the_traffic_figures(tmp_path: Path) -> None:

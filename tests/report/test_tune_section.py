@@ -62,4 +62,4 @@ def test_verification_table_says_held_out_and_at_least(tmp_path: Path) -> None:
     assert row[7] == "+10.0%"
     assert row[8] == "yes"
     written = write_report([], tmp_path / "r2", tune=TuneDocument.model_validate(data))
-    assert "verified on the engine" in Path(str(written["markdown"])).read_text()
+    assert "verified on the engine" in Path(str(written.markdown)).read_text()

@@ -40,25 +40,25 @@ def demo_command(out: Path, quick: bool, faults: tuple[str, ...], as_json: bool)
 
     result = run_demo(make_out_dir(out), quick=quick, faults=faults, say=say)
     if as_json:
-        emit_json(result)
+        emit_json(result.as_json())
         return
     click.echo(
         "\nEAGLE3 on, temperature 0.7, simulated time (the deployment's figures in brackets; "
         "the calibration was fitted to the rows marked fitted, the others are predictions):"
     )
-    for line in result["table"]:
+    for line in result.table:
         click.echo(f"  {line}")
-    click.echo(f"\nrecommendation: {result['recommendation']}")
-    if result["speculative_config"]:
-        schedule = result["speculative_config"]["num_speculative_tokens_per_batch_size"]
+    click.echo(f"\nrecommendation: {result.recommendation}")
+    if result.speculative_config:
+        schedule = result.speculative_config.as_json()["num_speculative_tokens_per_batch_size"]
         click.echo(
             f'  vLLM setting: add "num_speculative_tokens_per_batch_size": {schedule} '
             "to --speculative-config"
         )
-    per = result["per_stream"]
+    per = result.per_stream
     click.echo(
-        f"highest concurrency at >= {per['target_tok_s']:g} tok/s per stream: "
-        f"{per['temperature_0.7']} at temperature 0.7, {per['temperature_0.0']} at 0.0 "
+        f"highest concurrency at >= {per.target_tok_s:g} tok/s per stream: "
+        f"{per.temperature_0_7} at temperature 0.7, {per.temperature_0_0} at 0.0 "
         "(deployment: 2 and 3)"
     )
-    click.echo(f"report: {result['report']}  ({result['seconds']:.0f} s)")
+    click.echo(f"report: {result.report}  ({result.seconds:.0f} s)")

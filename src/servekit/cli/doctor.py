@@ -57,7 +57,7 @@ def doctor_command(
     prof = load_profile(profile, extra_dirs=profiles_dirs, overrides=overrides)
     result = examine(prof, runtime=runtime, model_dir=model_dir, strict=strict)
     if as_json:
-        emit_json(result.to_json())
+        emit_json(result.document().as_json())
     else:
         print_doctor(stdout_console(), result)
     if result.exit_code:

@@ -52,6 +52,7 @@ def build_command(
 ) -> None:
     """Build engine.patched_image_tag: engine.image with the profile's patches applied."""
     from servekit.profiles import load_profile
+    from servekit.render.documents import IMAGE_BUILD_VERSION, ImageBuildDocument
     from servekit.render.image import describe_patches, plan_document
     from servekit.runtime.image_build import build_image, prepare_build
 
@@ -79,14 +80,14 @@ def build_command(
         if not as_json:
             click.echo(f"built {plan.tag}")
     if as_json:
-        emit_json(
-            {
-                **plan_document(plan),
-                "context": str(prepared.context_dir),
-                "context_kept": dry_run or not prepared.temporary,
-                "dockerfile": prepared.dockerfile,
-                "command": prepared.argv,
-                "dry_run": dry_run,
-                "built": not dry_run,
-            }
+        document = ImageBuildDocument(
+            schema_version=IMAGE_BUILD_VERSION,
+            image=plan_document(plan),
+            context=str(prepared.context_dir),
+            context_kept=dry_run or not prepared.temporary,
+            dockerfile=prepared.dockerfile,
+            command=tuple(prepared.argv),
+            dry_run=dry_run,
+            built=not dry_run,
         )
+        emit_json(document.as_json())

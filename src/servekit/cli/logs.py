@@ -76,7 +76,7 @@ def analyze_command(file: Path, gpu: str | None, quantization: str | None, as_js
     (illegal memory access, CUDA OOM, a dead engine, max_model_len not fitting...).
     """
     from servekit.cli._log_file import log_line_batches
-    from servekit.doctor.log_analysis import LogAnalyzer, log_analysis_to_json
+    from servekit.doctor.log_analysis import LogAnalyzer, log_analysis_document
     from servekit.hardware import lookup_gpu
     from servekit.report.log_view import print_analysis
 
@@ -91,7 +91,7 @@ def analyze_command(file: Path, gpu: str | None, quantization: str | None, as_js
             fix="pass the engine's whole log (stdout and stderr)",
         )
     if as_json:
-        emit_json(log_analysis_to_json(analysis))
+        emit_json(log_analysis_document(analysis).as_json())
     else:
         print_analysis(stdout_console(), analysis, str(file))
     if analysis.failed:

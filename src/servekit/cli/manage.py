@@ -26,6 +26,7 @@ def down_command(
 ) -> None:  # fmt: skip
     """Stop exactly the engine `servekit up PROFILE` started (process group or container)."""
     from servekit.runtime.control import stop
+    from servekit.runtime.documents import ENGINE_DOC_VERSION, DownDocument
     from servekit.runtime.state import remove_state
     from servekit.runtime.state import state_dir as default_state_dir
 
@@ -34,7 +35,8 @@ def down_command(
     done = stop(state, grace_s=grace)
     remove_state(directory, name)
     if as_json:
-        emit_json({"profile": name, "stopped": True, "detail": done})
+        emit_json(DownDocument(schema_version=ENGINE_DOC_VERSION, profile=name, stopped=True,
+                               detail=done).as_json())  # fmt: skip
     else:
         stdout_console().print(f"{escape(name)}: {escape(done)}")
 
@@ -57,19 +59,19 @@ def status_command(
     name, state = known_engine(state_dir or default_state_dir(None), profile, profiles_dirs)
     status = engine_status(state)
     if as_json:
-        emit_json(status)
+        emit_json(status.as_json())
     else:
         console = stdout_console()
-        verdict = "[bold green]healthy[/]" if status["healthy"] else "[bold red]not healthy[/]"
-        code = status["health"] or "down"
-        console.print(f"{escape(name)}: {verdict} ({escape(status['detail'])}, /health {code})")
-        if status["served_model"] is not None:
-            console.print(f"  serving {escape(str(status['served_model']))}, "
-                          f"max_model_len {status['max_model_len']}")  # fmt: skip
-        minutes, seconds = divmod(int(status["uptime_s"]), 60)
+        verdict = "[bold green]healthy[/]" if status.healthy else "[bold red]not healthy[/]"
+        code = status.health or "down"
+        console.print(f"{escape(name)}: {verdict} ({escape(status.detail)}, /health {code})")
+        if status.served_model is not None:
+            console.print(f"  serving {escape(str(status.served_model))}, "
+                          f"max_model_len {status.max_model_len}")  # fmt: skip
+        minutes, seconds = divmod(int(status.uptime_s), 60)
         console.print(f"  {state.url}, up {minutes // 60}h{minutes % 60:02d}m{seconds:02d}s, "
                       f"log {escape(state.log_path)}")  # fmt: skip
-    if not status["healthy"]:
+    if not status.healthy:
         raise ChecksFailed(
             f"{name} is not healthy", fix=f"see `servekit logs {name}`", reported=True
         )

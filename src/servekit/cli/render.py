@@ -45,6 +45,7 @@ def render_command(
     """Render exact launch artifacts: vllm serve args, docker run, compose, k8s or a script."""
     from servekit.profiles import load_profile
     from servekit.render import render, vllm_serve_command
+    from servekit.render.documents import RENDER_VERSION, RenderDocument
 
     prof = load_profile(profile, extra_dirs=profiles_dirs, overrides=overrides)
     text = render(prof, target)
@@ -58,16 +59,16 @@ def render_command(
                 f"cannot write {output}: {exc.strerror}", fix="choose a writable -o path"
             ) from None
     if as_json:
-        emit_json(
-            {
-                "profile": prof.name,
-                "target": target,
-                "content": text,
-                "argv": vllm_serve_command(prof),
-                "env": dict(prof.env),
-                "output": str(output) if output else None,
-            }
+        document = RenderDocument(
+            schema_version=RENDER_VERSION,
+            profile=prof.name,
+            target=target,
+            content=text,
+            argv=tuple(vllm_serve_command(prof)),
+            env=dict(prof.env),
+            output=str(output) if output else None,
         )
+        emit_json(document.as_json())
     elif output is None:
         click.echo(text, nl=not text.endswith("\n"))
     else:

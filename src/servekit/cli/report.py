@@ -51,8 +51,8 @@ def report_command(
     written = write_report(list(runs), out, compare=compare or None, validate=validate_path,
                            per_stream_target=per_stream_target, tune=tune, warn=warn)  # fmt: skip
     if as_json:
-        emit_json(written)
+        emit_json(written.as_json())
     else:
         click.echo(
-            f"report: {written['html']} ({len(written['plots'])} plots), {written['markdown']}"
+            f"report: {written.html} ({len(written.plots)} plots), {written.markdown}"
         )

@@ -51,6 +51,7 @@ def fit_command(
     from servekit.report.tables import calibration_table, coefficients_table
     from servekit.sim.calibrate import calibrate
     from servekit.sim.fit import calibrated_profile, calibration_json
+    from servekit.sim.fit_document import SIM_FIT_VERSION, SimFitDocument
 
     if output is not None:
         check_profile_output(output)  # before the work: a fit takes seconds to minutes
@@ -69,7 +70,11 @@ def fit_command(
                 f"cannot write {output}: {exc.strerror or exc}", fix="choose another -o path"
             ) from None
     if as_json:
-        emit_json({"profile": profile.name, **doc, "output": str(output) if output else None})
+        fitted = SimFitDocument.model_validate({
+            "schema_version": SIM_FIT_VERSION, "profile": profile.name, **doc,
+            "output": str(output) if output else None,
+        })  # fmt: skip
+        emit_json(fitted.as_json())
         return
     console = stdout_console()
     fit = cal.steps

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -22,8 +21,14 @@ def _stderr(line: str) -> None:
 
 def _json_ready(line: str) -> None:
     """Turn the ready line into one JSON object on stdout (the URL with the bound port)."""
+    from servekit import jsontext
+    from servekit.results.sim_serve import SIM_SERVE_VERSION, ListeningEvent
+
     profile, _, url = line.removeprefix("servekit sim: serving ").partition(" on ")
-    click.echo(json.dumps({"event": "listening", "profile": profile, "url": url}))
+    event = ListeningEvent(
+        schema_version=SIM_SERVE_VERSION, event="listening", profile=profile, url=url
+    )
+    click.echo(jsontext.dumps(event.as_json(), what="the listening event"))
 
 
 def _share_option(name: str, help_text: str) -> Callable[[F], F]:

@@ -56,7 +56,8 @@ def up_command(
     from servekit.profiles import load_profile
     from servekit.report.log_view import print_analysis
     from servekit.report.startup_view import print_ready, print_started, stage_progress
-    from servekit.runtime.control import served_models
+    from servekit.runtime.control import served_model_id, served_models
+    from servekit.runtime.documents import ENGINE_DOC_VERSION, Readiness, UpDocument
     from servekit.runtime.follow import wait_until_ready
     from servekit.runtime.launch import not_ready_error, start_engine
     from servekit.runtime.state import state_dir as default_state_dir
@@ -69,7 +70,7 @@ def up_command(
         print_started(console, state)
     if not wait:
         if as_json:
-            emit_json(state.model_dump(mode="json"))
+            emit_json(UpDocument(schema_version=ENGINE_DOC_VERSION, engine=state).as_json())
         return
     limit = timeout if timeout is not None else float(prof.deploy.startup_timeout_s)
     try:
@@ -87,13 +88,12 @@ def up_command(
         if not as_json and (analysis.figures.found_any or analysis.issues):
             print_analysis(console, analysis, state.log_path, verdict=False)
         raise not_ready_error(state, outcome, directory)
-    models = served_models(state.url)
-    served = str(models[0].get("id")) if models else None
+    served = served_model_id(served_models(state.url))
     if as_json:
-        emit_json(state.model_dump(mode="json") | {
-            "ready_after_s": round(outcome.elapsed_s, 1), "served_model": served,
-            "kv_cache_tokens": analysis.figures.kv_cache_tokens,
-            "max_concurrency": analysis.figures.max_concurrency,
-        })  # fmt: skip
+        ready = Readiness(ready_after_s=round(outcome.elapsed_s, 1), served_model=served,
+                          kv_cache_tokens=analysis.figures.kv_cache_tokens,
+                          max_concurrency=analysis.figures.max_concurrency)  # fmt: skip
+        emit_json(UpDocument(schema_version=ENGINE_DOC_VERSION, engine=state,
+                             ready=ready).as_json())  # fmt: skip
     else:
         print_ready(console, state, outcome, analysis, served)

@@ -72,18 +72,6 @@ class Finding:
     issue_id: str | None = None
     references: tuple[str, ...] = ()
 
-    def to_json(self) -> dict[str, Any]:
-        """This finding as a JSON object."""
-        return {
-            "check": self.check,
-            "severity": self.severity,
-            "title": self.title,
-            "detail": self.detail,
-            "fix": self.fix,
-            "issue_id": self.issue_id,
-            "references": list(self.references),
-        }
-
 
 def doctor_exit_code(findings: Iterable[Finding], *, strict: bool = False) -> int:
     """3 when a finding is an error (or, with `strict`, a warning), else 0."""

@@ -11,12 +11,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from servekit.kb.known_issues import KnownIssue, knowledge_base, known_issues, match_log_lines
+from servekit.doctor.documents import (
+    LOG_ANALYSIS_VERSION,
+    KnownIssueHit,
+    LogAnalysisDocument,
+    LogFailureLine,
+    LogFigures,
+    LogLine,
+)
+from servekit.kb.known_issues import Fix, KnownIssue, knowledge_base, known_issues, match_log_lines
 from servekit.plan.startup_log import StartupFigures, StartupLogScanner, is_failure_line
 
-__all__ = ["IssueHit", "LogAnalysis", "LogAnalyzer", "analyze_log", "log_analysis_to_json"]
+__all__ = ["IssueHit", "LogAnalysis", "LogAnalyzer", "analyze_log", "log_analysis_document"]
 
 _MAX_QUOTED_LINES = 3
 
@@ -148,43 +155,33 @@ class LogAnalyzer:
         return LogAnalysis(figures=figures, issues=tuple(hits), kb_version=knowledge_base().version)
 
 
-def log_analysis_to_json(analysis: LogAnalysis) -> dict[str, Any]:
+def log_analysis_document(analysis: LogAnalysis) -> LogAnalysisDocument:
     """The `servekit logs analyze --json` document."""
     f = analysis.figures
-    return {
-        "started": analysis.started,
-        "failed": analysis.failed,
-        "vllm_version": f.vllm_version,
-        "model": f.model,
-        "architecture": f.architecture,
-        "figures": {
-            "weights_gib": f.weights_gib,
-            "model_load_s": f.model_load_s,
-            "available_kv_gib": f.available_kv_gib,
-            "kv_cache_tokens": f.kv_cache_tokens,
-            "max_concurrency": f.max_concurrency,
-            "concurrency_tokens_per_request": f.concurrency_tokens_per_request,
-            "estimated_cuda_graph_gib": f.estimated_cuda_graph_gib,
-            "graph_capture_gib": f.graph_capture_gib,
-            "graph_capture_s": f.graph_capture_s,
-            "cudagraph_profiling": f.cudagraph_profiling,
-            "gpu_memory_utilization": f.gpu_memory_utilization,
-            "max_len_estimate": f.max_len_estimate,
-        },
-        "failures": [
-            {"kind": x.kind, "line": x.line_no, "text": x.text} for x in analysis.figures.failures
-        ],
-        "known_issues": [
-            {
-                "id": hit.issue.id,
-                "title": hit.issue.title,
-                "on_failure": hit.on_failure,
-                "lines": [{"line": n, "text": t} for n, t in hit.lines],
-                "fixed_in": hit.issue.fixed_in,
-                "fix": hit.issue.fix.model_dump(mode="json", exclude_defaults=True),
-                "references": list(hit.issue.references),
-            }
+    figures = LogFigures(**{name: getattr(f, name) for name in LogFigures.model_fields})
+    return LogAnalysisDocument(
+        schema_version=LOG_ANALYSIS_VERSION,
+        started=analysis.started,
+        failed=analysis.failed,
+        vllm_version=f.vllm_version,
+        model=f.model,
+        architecture=f.architecture,
+        figures=figures,
+        failures=tuple(
+            LogFailureLine(kind=x.kind, line=x.line_no, text=x.text) for x in f.failures
+        ),
+        known_issues=tuple(
+            KnownIssueHit(
+                id=hit.issue.id,
+                title=hit.issue.title,
+                on_failure=hit.on_failure,
+                lines=tuple(LogLine(line=n, text=t) for n, t in hit.lines),
+                fixed_in=hit.issue.fixed_in,
+                # the keys the entry sets (defaults left out), as the file gives them
+                fix=Fix(**hit.issue.fix.model_dump(exclude_defaults=True)),
+                references=hit.issue.references,
+            )
             for hit in analysis.issues
-        ],
-        "kb_version": analysis.kb_version,
-    }
+        ),
+        kb_version=analysis.kb_version,
+    )

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from servekit.doctor.documents import DOCTOR_VERSION, DoctorDocument, SeverityCounts
 from servekit.doctor.facts import MachineFacts
 from servekit.doctor.findings import (
     Finding,
@@ -36,19 +35,20 @@ class Examination:
     findings: tuple[Finding, ...]
     exit_code: int
 
-    def to_json(self) -> dict[str, Any]:
+    def document(self) -> DoctorDocument:
         """The `servekit doctor --json` document."""
-        return {
-            "profile": self.profile.name,
-            "runtime": self.runtime,
-            "engine_version": self.profile.engine.version,
-            "compute_capability": self.compute_capability,
-            "kb_version": knowledge_base().version,
-            "machine": dataclasses.asdict(self.facts),
-            "findings": [f.to_json() for f in self.findings],
-            "counts": summarize(self.findings),
-            "exit_code": self.exit_code,
-        }
+        return DoctorDocument(
+            schema_version=DOCTOR_VERSION,
+            profile=self.profile.name,
+            runtime=self.runtime,
+            engine_version=self.profile.engine.version,
+            compute_capability=self.compute_capability,
+            kb_version=knowledge_base().version,
+            machine=self.facts,
+            findings=self.findings,
+            counts=SeverityCounts(**summarize(self.findings)),
+            exit_code=self.exit_code,
+        )
 
 
 def examine(

@@ -15,12 +15,12 @@ import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from servekit import jsontext
 from servekit.errors import ConfigError
 from servekit.profiles.schema import Profile
 from servekit.render.container import one_line
+from servekit.render.documents import ImageManifest, PatchEntry
 from servekit.render.patches import FilteredPatch, filter_patch
 
 IMAGE_DIR = "/opt/servekit"
@@ -213,32 +213,32 @@ def render_apply_script(plan: ImagePlan) -> str:
     return _SCRIPT_HEAD + "\n".join(calls) + "\n"
 
 
-def plan_document(plan: ImagePlan) -> dict[str, Any]:
-    """Return the plan as JSON-ready data: images, labels, and per patch its file,
-    source and the paths applied, dropped and skipped as compiled."""
-    return {
-        "profile": plan.profile,
-        "base_image": plan.base_image,
-        "tag": plan.tag,
-        "labels": labels(plan),
-        "patches": [
-            {
-                "name": patch.name,
-                "file": f"{PATCH_DIR}/{patch_file(index, patch)}",
-                "url": patch.url,
-                "applied": list(patch.applied),
-                "dropped": list(patch.dropped),
-                "skipped_compiled": list(patch.compiled),
-            }
+def plan_document(plan: ImagePlan) -> ImageManifest:
+    """Return the plan as a document: images, labels, and per patch its file, source and
+    the paths applied, dropped and skipped as compiled."""
+    return ImageManifest(
+        profile=plan.profile,
+        base_image=plan.base_image,
+        tag=plan.tag,
+        labels=labels(plan),
+        patches=tuple(
+            PatchEntry(
+                name=patch.name,
+                file=f"{PATCH_DIR}/{patch_file(index, patch)}",
+                url=patch.url,
+                applied=patch.applied,
+                dropped=patch.dropped,
+                skipped_compiled=patch.compiled,
+            )
             for index, patch in enumerate(plan.patches, start=1)
-        ],
-        "warnings": list(plan.warnings),
-    }
+        ),
+        warnings=tuple(plan.warnings),
+    )
 
 
 def render_manifest(plan: ImagePlan) -> str:
     """Return `patches/manifest.json`, the plan document the image carries."""
-    return jsontext.dumps(plan_document(plan), indent=2, what="the patch manifest") + "\n"
+    return jsontext.dumps(plan_document(plan).as_json(), indent=2, what="the patch manifest") + "\n"
 
 
 def context_files(plan: ImagePlan) -> dict[str, str]:

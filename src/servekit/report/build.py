@@ -58,6 +58,7 @@ from servekit.report.verdict import (
     verdict_section,
 )
 from servekit.results.compare import Comparison
+from servekit.results.report import REPORT_VERSION, ReportDocument
 from servekit.results.summary import Summary, SummaryPoint
 from servekit.results.tune import TuneDocument
 from servekit.results.validate import ValidateDocument
@@ -380,7 +381,7 @@ def write_report(
     recommendation: Recommendation | None = None,
     tune: TuneDocument | None = None,
     warn: Callable[[str], None] = lambda _: None,
-) -> dict[str, str | list[str]]:
+) -> ReportDocument:
     """Write report.html, report.md and one PNG per plot into `out`; return what was written.
 
     The report leads with its verdict. `recommendation` is its recommended setting, before
@@ -437,11 +438,12 @@ def write_report(
         (out / f"{fig.name}.png").write_bytes(fig.png)
     (out / "report.html").write_text(render_html(title, sections), encoding="utf-8")
     (out / "report.md").write_text(render_markdown(title, sections), encoding="utf-8")
-    return {
-        "html": str(out / "report.html"),
-        "markdown": str(out / "report.md"),
-        "plots": [str(out / f"{f.name}.png") for f in figures],
-    }
+    return ReportDocument(
+        schema_version=REPORT_VERSION,
+        html=str(out / "report.html"),
+        markdown=str(out / "report.md"),
+        plots=tuple(str(out / f"{f.name}.png") for f in figures),
+    )
 
 
 def _find_validate(paths: list[Path], given: Path | None) -> ValidateDocument | None:

@@ -164,7 +164,7 @@ class Winner(Document):
 class TuneDocument(Document):
     """The whole tune.json."""
 
-    schema_version: Literal[1] = TUNE_VERSION
+    schema_version: Literal[1]
     servekit_version: str
     started_at: str
     profile: str
@@ -192,6 +192,9 @@ def load_tune(doc: object, *, where: str = "tune.json") -> TuneDocument:
         DocumentError: a newer or unknown schema_version, or an invalid document.
     """
     refuse_newer(doc, kind="tune", current=TUNE_VERSION, where=where)
+    if isinstance(doc, dict) and "schema_version" not in doc:
+        # Written before tune.json named its version ("version 0"): the same keys otherwise.
+        doc = {"schema_version": TUNE_VERSION, **doc}
     try:
         return TuneDocument.model_validate(doc)
     except ValidationError as exc:

@@ -27,6 +27,7 @@ from servekit.runtime.docker_cli import (
     is_gone,
     last_line,
 )
+from servekit.runtime.documents import ENGINE_DOC_VERSION, StatusDocument
 from servekit.runtime.state import EngineState, group_alive, process_identity
 
 IDENTITY_TOLERANCE_S = 1.0
@@ -87,22 +88,37 @@ def _container_liveness(state: EngineState) -> Liveness:
     return Liveness(False, exit_code, f"container {state.container} has exited")
 
 
-def engine_status(state: EngineState) -> dict[str, Any]:
-    """What `servekit status` reports: the state, running, /health, served model, uptime."""
+def engine_status(state: EngineState) -> StatusDocument:
+    """What `servekit status` reports: the state, running, /health, served model, uptime.
+
+    The served model's id and max_model_len come from the server: a value of the wrong type
+    is reported as unknown (None), not trusted.
+    """
     alive = liveness(state)
     code = health(state.url) if alive.running else None
     models = served_models(state.url) if code == 200 else []
     model = models[0] if models else {}
-    return {
-        **state.model_dump(mode="json"),
-        "running": alive.running,
-        "healthy": alive.running and code == 200,
-        "detail": alive.detail,
-        "health": code,
-        "served_model": model.get("id"),
-        "max_model_len": model.get("max_model_len"),
-        "uptime_s": round(state.uptime_s(), 1),
-    }
+    return StatusDocument(
+        schema_version=ENGINE_DOC_VERSION,
+        engine=state,
+        running=alive.running,
+        healthy=alive.running and code == 200,
+        detail=alive.detail,
+        health=code,
+        served_model=served_model_id(models),
+        max_model_len=_int_or_none(model.get("max_model_len")),
+        uptime_s=round(state.uptime_s(time.time()), 1),
+    )
+
+
+def served_model_id(models: list[dict[str, Any]]) -> str | None:
+    """The first listed model's id when it is a string, else None."""
+    name = models[0].get("id") if models else None
+    return name if isinstance(name, str) else None
+
+
+def _int_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def stop(state: EngineState, *, grace_s: float = 30.0) -> str:

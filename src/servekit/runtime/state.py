@@ -10,51 +10,15 @@ environment is recorded by variable name only. Files live in `$SERVEKIT_STATE_DI
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
-from typing import Literal
 
 import psutil
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 
 from servekit.errors import ConfigError
+from servekit.runtime.documents import EngineState as EngineState
 
 STATE_ENV = "SERVEKIT_STATE_DIR"
-
-
-class EngineState(BaseModel):
-    """One launched engine.
-
-    Attributes:
-        profile: the profile's name.
-        runtime: "process" or "docker".
-        url: where the engine's API answers.
-        started_at: Unix time `up` started it.
-        log_path: the engine log (for docker, a copy `up` followed while waiting).
-        argv: the command that was run.
-        env_names: the environment variables set from the profile (names only).
-        pid: the process group leader (process runtime).
-        pid_started_at: its creation time (Unix seconds, psutil), the identity check.
-        container: the container name (docker runtime).
-        container_id: the container id docker printed.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    profile: str
-    runtime: Literal["process", "docker"]
-    url: str
-    started_at: float
-    log_path: str
-    argv: list[str]
-    env_names: list[str] = []
-    pid: int | None = None
-    pid_started_at: float | None = None
-    container: str | None = None
-    container_id: str | None = None
-
-    def uptime_s(self, now: float | None = None) -> float:
-        """Seconds since `up` started the engine."""
-        return (time.time() if now is None else now) - self.started_at
 
 
 def state_dir(explicit: Path | None = None) -> Path:

@@ -18,6 +18,7 @@ from servekit.analyze.slo import Slo
 from servekit.profiles.schema import Profile
 from servekit.render.targets import render
 from servekit.results.tune import (
+    TUNE_VERSION,
     CandidateBlock,
     FinalistBlock,
     KvHeadroom,
@@ -238,6 +239,7 @@ def tune_document(
     if winner_final is not None:
         winner = _winner(winner_final, chosen_by, profile, profile_file, verified)
     doc = TuneDocument(
+        schema_version=TUNE_VERSION,
         servekit_version=version,
         started_at=started_at,
         profile=profile.name,
