@@ -24,7 +24,11 @@ sys.path.insert(0, str(SRC))
 from servekit.cli.main import command_paths  # noqa: E402  (the checkout's sources)
 
 SERVEKIT = Path(sys.executable).parent / "servekit"
-CHEAP = [["profiles", "list"], ["render", "minimax-m3-mxfp8-8xa800", "--target", "vllm"]]
+CHEAP = [
+    ["profiles", "list"],
+    ["profiles", "list", "--json"],
+    ["render", "minimax-m3-mxfp8-8xa800", "--target", "vllm"],
+]
 RUNS = 10
 BOUND_MS = 150.0
 

@@ -64,7 +64,9 @@ IO_METHODS = {
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"errors"}),  # the error tree
     # version, units, option vocabularies, lines, secrets, JSON and Markdown out
-    frozenset({"servekit", "units", "names", "lines", "redaction", "jsontext", "mdtext"}),
+    frozenset(
+        {"servekit", "units", "names", "lines", "redaction", "jsontext", "mdtext", "profile_index"}
+    ),
     frozenset({"specs", "records", "reference"}),  # shared values, the seed figures
     frozenset({"results"}),  # the typed documents (summary, plan, validate, compare)
     frozenset({"profiles", "hardware", "kb"}),  # data and its loaders

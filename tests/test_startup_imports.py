@@ -137,3 +137,17 @@ def test_plan_help_names_the_planners_own_non_torch_default() -> None:
     left_out = CliRunner().invoke(cli, ["plan", "minimax-m3-mxfp8-8xa800", "--json"])
     assert given.exit_code == left_out.exit_code == 0, given.output
     assert given.stdout == left_out.stdout
+
+
+@pytest.mark.parametrize("args", [["profiles", "list"], ["profiles", "list", "--json"]])
+def test_profiles_list_loads_no_profile_schema(args: list[str]) -> None:
+    """The built-in profiles are listed from their checked index: neither the profile schema
+    nor pydantic is imported (each costs more than the 150 ms start-up budget allows)."""
+    before = "import os; os.environ.pop('SERVEKIT_PROFILE_PATH', None)"
+    code = PROBE.replace("{heavy!r}", repr(("servekit.profiles.schema", "pydantic")))
+    env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    done = subprocess.run(
+        [sys.executable, "-c", code.format(before=before), json.dumps(args)],
+        capture_output=True, text=True, env=env, timeout=60, check=True,
+    )  # fmt: skip
+    assert json.loads(done.stdout.rsplit("PROBE ", 1)[-1]) == {"code": 0, "heavy": []}

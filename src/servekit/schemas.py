@@ -13,11 +13,13 @@ from pydantic import BaseModel, JsonValue, TypeAdapter
 
 from servekit import jsontext
 from servekit.doctor.documents import DoctorDocument, LogAnalysisDocument
+from servekit.profiles.documents import ProfileDocument
 from servekit.records import RequestRecord
 from servekit.render.documents import ImageBuildDocument, RenderDocument
 from servekit.results.compare import Comparison
 from servekit.results.demo import DemoDocument
 from servekit.results.plan import PlanDocument
+from servekit.results.profiles import GpusDocument, ProfilesDocument
 from servekit.results.report import ReportDocument
 from servekit.results.run_info import RunInfo
 from servekit.results.sim_serve import ListeningEvent
@@ -45,6 +47,9 @@ DOCS: dict[str, type[BaseModel]] = {
     "up.schema.json": UpDocument,
     "status.schema.json": StatusDocument,
     "down.schema.json": DownDocument,
+    "profiles-list.schema.json": ProfilesDocument,
+    "profiles-show.schema.json": ProfileDocument,
+    "profiles-gpus.schema.json": GpusDocument,
 }
 RECORD_FILE = "record.schema.json"
 # The document each command's --json prints, by the command's words (tests/results/
@@ -58,6 +63,9 @@ COMMAND_DOCUMENTS: dict[str, str] = {
     "image build": "image-build.schema.json",
     "logs analyze": "logs-analyze.schema.json",
     "plan": "plan.schema.json",
+    "profiles gpus": "profiles-gpus.schema.json",
+    "profiles list": "profiles-list.schema.json",
+    "profiles show": "profiles-show.schema.json",
     "render": "render.schema.json",
     "report": "report.schema.json",
     "sim fit": "sim-fit.schema.json",

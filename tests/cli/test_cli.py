@@ -138,8 +138,9 @@ def test_profiles_list_and_show_json() -> None:
     code, out, _ = run("profiles", "show", "minimax-m3-mxfp8-8xa800-no-eagle3", "--json")
     assert code == 0
     shown = json.loads(out)
-    assert "speculative" not in shown
-    assert shown["serve_args"]["max_model_len"] == 131072
+    assert shown["schema_version"] == 1
+    assert "speculative" not in shown["profile"]
+    assert shown["profile"]["serve_args"]["max_model_len"] == 131072
 
 
 def test_render_vllm_env_line_and_json(tmp_path: Path) -> None:

@@ -102,6 +102,9 @@ def test_every_command_prints_its_document(
     out["validate"] = _invoke("validate", "--url", url, "--only", "health,chat", "--out",
                               str(tmp_path / "validate"))  # fmt: skip
     out["plan"] = _invoke("plan", M3)
+    out["profiles list"] = _invoke("profiles", "list")
+    out["profiles show"] = _invoke("profiles", "show", M3)
+    out["profiles gpus"] = _invoke("profiles", "gpus")
     out["compare"] = _invoke("compare", str(bench), str(sim))
     out["render"] = _invoke("render", M3, "--target", "compose")
     out["report"] = _invoke("report", str(bench), "--out", str(tmp_path / "report"))
@@ -110,7 +113,9 @@ def test_every_command_prints_its_document(
                           str(GOLDEN_INPUTS / "tiny-space.yaml"), "--slo", "ttft_p99<=2s",
                           "--requests-per-point", "8", "--out", str(tmp_path / "tune"))  # fmt: skip
     out["logs analyze"] = _invoke(
-        "logs", "analyze", str(ROOT / "tests/doctor/data/m3_v0251_illegal_memory_access.log"),
+        "logs",
+        "analyze",
+        str(ROOT / "tests/doctor/data/m3_v0251_illegal_memory_access.log"),
         codes=(3,),  # the log holds a failure
     )
     out["doctor"] = _invoke("doctor", M3, "--runtime", "process", codes=(0, 3))

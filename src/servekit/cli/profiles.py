@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import click
-import yaml
-from rich.markup import escape
-from rich.table import Table
 
 from servekit.cli._output import (
     emit_json,
@@ -15,7 +12,6 @@ from servekit.cli._output import (
     stdout_console,
 )
 from servekit.cli.profiles_new import new_command
-from servekit.errors import ServekitError
 
 
 @click.group("profiles")
@@ -31,31 +27,32 @@ profiles_group.add_command(new_command)
 @json_option
 def list_command(profiles_dirs: tuple[str, ...], as_json: bool) -> None:
     """List every profile with its model, GPUs and engine image."""
-    from servekit.profiles import available_profiles, load_profile
-    from servekit.render import container_image
+    from servekit.profile_index import cached_document
 
-    rows: list[dict[str, str]] = []
-    for ref in available_profiles(profiles_dirs).values():
-        try:
-            p = load_profile(str(ref.path), extra_dirs=profiles_dirs)
-        except ServekitError as exc:  # one broken user file must not hide the others
-            source = "built-in" if ref.builtin else str(ref.path)
-            rows.append({"name": ref.name, "source": source, "error": str(exc)})
-            continue
-        rows.append(
-            {
-                "name": p.name,
-                "source": "built-in" if ref.builtin else str(ref.path),
-                "model": p.model.path,
-                "gpus": f"{p.hardware.nodes * p.hardware.gpus_per_node}x {p.hardware.gpu}",
-                "image": container_image(p),
-                "description": p.description,
-            }
-        )
-    if as_json:
-        emit_json({"profiles": rows})
+    # The built-in profiles' document comes from their checked index when it matches the
+    # files (no profile schema or pydantic loaded: start-up), else every profile is loaded.
+    cached = cached_document(profiles_dirs)
+    if cached is not None and as_json:
+        emit_json(cached)
         return
-    table = Table("name", "gpus", "image", "description")
+    if cached is not None:
+        rows: list[dict[str, str]] = cached["profiles"]  # type: ignore[assignment]
+    else:
+        from servekit.report.profile_list import profile_rows, profiles_document
+
+        rows = profile_rows(profiles_dirs)
+        if as_json:
+            emit_json(profiles_document(rows).as_json())
+            return
+    from rich import box
+    from rich.markup import escape
+    from rich.table import Table
+
+    # A name is never split or cut (it is what the other commands take); the rest folds.
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("name", no_wrap=True, min_width=max(len(r["name"]) for r in rows))
+    for column in ("gpus", "image", "description"):
+        table.add_column(column, overflow="fold")
     for row in rows:
         if "error" in row:
             table.add_row(row["name"], "-", "-", f"[red]invalid: {escape(row['error'])}[/red]")
@@ -76,10 +73,14 @@ def show_command(
     from servekit.profiles import load_profile
 
     profile = load_profile(name, extra_dirs=profiles_dirs, overrides=overrides)
-    document = profile.model_dump(mode="json", by_alias=True, exclude_none=True)
     if as_json:
-        emit_json(document)
+        from servekit.profiles.documents import PROFILE_SHOW_VERSION, ProfileDocument
+
+        emit_json(ProfileDocument(schema_version=PROFILE_SHOW_VERSION, profile=profile).as_json())
         return
+    import yaml
+
+    document = profile.model_dump(mode="json", by_alias=True, exclude_none=True)
     click.echo(yaml.safe_dump(document, sort_keys=False, allow_unicode=True), nl=False)
 
 
@@ -89,21 +90,25 @@ def gpus_command(as_json: bool) -> None:
     """List the GPU catalog: names, the aliases that find them, memory vLLM budgets from."""
     from servekit.hardware import load_catalog
     from servekit.hardware.catalog import gpu_aliases
+    from servekit.results.profiles import PROFILES_VERSION, GpuRow, GpusDocument
 
     aliases = gpu_aliases()
-    rows: list[dict[str, object]] = [
-        {"name": g.name, "device_name": g.device_name, "memory_mib": g.memory_mib,
-         "cuda_visible_mib": g.cuda_visible_mib, "unified_memory": g.unified_memory,
-         "aliases": aliases[g.name]}
+    rows = tuple(
+        GpuRow(name=g.name, device_name=g.device_name, memory_mib=g.memory_mib,
+               cuda_visible_mib=g.cuda_visible_mib, unified_memory=g.unified_memory,
+               aliases=tuple(aliases[g.name]))
         for g in sorted(load_catalog().values(), key=lambda g: g.name)
-    ]  # fmt: skip
+    )  # fmt: skip
     if as_json:
-        emit_json({"gpus": rows})
+        emit_json(GpusDocument(schema_version=PROFILES_VERSION, gpus=rows).as_json())
         return
+    from rich.markup import escape
+    from rich.table import Table
+
     table = Table(
         "name", "nvidia-smi MiB", "CUDA total MiB", "finds it (case, -, _, space ignored)"
     )
     for r in rows:
-        table.add_row(str(r["name"]), str(r["memory_mib"]), str(r["cuda_visible_mib"]),
-                      escape(", ".join(aliases[str(r["name"])])))  # fmt: skip
+        table.add_row(r.name, str(r.memory_mib), str(r.cuda_visible_mib),
+                      escape(", ".join(r.aliases)))  # fmt: skip
     stdout_console().print(table)

@@ -53,6 +53,4 @@ def report_command(
     if as_json:
         emit_json(written.as_json())
     else:
-        click.echo(
-            f"report: {written.html} ({len(written.plots)} plots), {written.markdown}"
-        )
+        click.echo(f"report: {written.html} ({len(written.plots)} plots), {written.markdown}")

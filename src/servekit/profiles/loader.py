@@ -19,6 +19,9 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from servekit.errors import ConfigError, ProfileNotFound, UsageError
+from servekit.profile_index import BUILTIN_DIR as BUILTIN_DIR
+from servekit.profile_index import PROFILE_PATH_ENV as PROFILE_PATH_ENV
+from servekit.profile_index import profile_files
 from servekit.profiles.schema import Profile, deep_merge, profile_name_problem, safe_profile_name
 from servekit.profiles.yaml_files import (
     KeyPath,
@@ -28,9 +31,6 @@ from servekit.profiles.yaml_files import (
     parse_value,
     read_text,
 )
-
-BUILTIN_DIR = Path(__file__).parent / "data"
-PROFILE_PATH_ENV = "SERVEKIT_PROFILE_PATH"
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +67,7 @@ def available_profiles(extra_dirs: Iterable[str | Path] = ()) -> dict[str, Profi
     for directory in search_dirs(extra_dirs):
         if not directory.is_dir():
             continue
-        for path in sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")]):
+        for path in profile_files(directory):
             found.setdefault(path.stem, ProfileRef(path.stem, path, directory == BUILTIN_DIR))
     return found
 
