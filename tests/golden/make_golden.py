@@ -10,7 +10,10 @@ between modules, one typed traffic value), from that commit's own sources:
 Regenerated since, each time for one stated change of behaviour (CHANGELOG.md) and checked
 to differ from the stored files by exactly that: the render and tune cases when `render
 --json` and tune.json gained `schema_version` (issue #29, typed documents; one added key
-per file, nothing else moved).
+per file, nothing else moved); the tune cases when tune.json gained `as_is` and tune's
+verdict a first line, the winner against the profile as it is (issue #29 item 7; one added
+key and one added verdict line per file, which report.md's recommendation now leads with,
+nothing else moved).
 
 They prove that the refactor changes no behaviour: the same options give the same records,
 summaries, plans, tune documents and launch artifacts. Regenerate them only when a change

@@ -26,8 +26,9 @@ def _tune(tmp_path: Path) -> Path:
 
 
 def test_tune_report_leads_with_the_winner_and_draws_the_front(tmp_path: Path) -> None:
-    """report --tune alone: the verdict's first line is tune's, the Tune section holds the
-    finalists table and the Pareto plot, and the winner's launch command."""
+    """report --tune alone: the verdict's first line is tune's (the winner against the
+    profile as it is, then the SLO and its load), the Tune section holds the finalists table
+    and the Pareto plot, and the winner's launch command."""
     out = _tune(tmp_path)
     result = CliRunner().invoke(cli, ["report", "--tune", str(out), "--out", str(tmp_path / "r")])
     assert result.exit_code == 0, result.output
@@ -35,7 +36,11 @@ def test_tune_report_leads_with_the_winner_and_draws_the_front(tmp_path: Path) -
     sections = [line for line in markdown.splitlines() if line.startswith("## ")]
     assert sections[:2] == ["## Verdict", "## Tune"]
     verdict = markdown.split("## Tune")[0]
-    assert "recommended:** SLO tpot\\_p50&lt;=6ms: met up to" in verdict
+    headline = verdict.split("recommended:** ")[1].splitlines()[0]
+    assert (
+        "goodput per GPU against your profile as-is (predicted; measured: not verified)" in headline
+    )
+    assert "setting:** SLO tpot\\_p50&lt;=6ms: met up to" in verdict
     assert "finalists in the simulator" in markdown
     assert "vllm serve" in markdown
     assert (tmp_path / "r" / "tune_pareto.png").stat().st_size > 1000

@@ -79,7 +79,8 @@ def test_speculation_on_at_low_concurrency_off_above_with_vllms_setting(tuned: t
 
 def test_the_slo_load_max_num_seqs_and_kv_headroom_are_stated(tuned: tuple) -> None:
     """The seed's 60 tok/s per stream holds up to concurrency 2 at 0.7; the verdict states
-    the winning max_num_seqs and the KV cache as requests of 131,072 tokens."""
+    the winning max_num_seqs and the KV cache as requests of 131,072 tokens, after its first
+    line, the winner against the profile as it is."""
     doc, output, _ = tuned
     winner = doc["winner"]
     assert winner["load"] == 2
@@ -87,6 +88,14 @@ def test_the_slo_load_max_num_seqs_and_kv_headroom_are_stated(tuned: tuple) -> N
     assert winner["kv"]["requests_at_max_model_len"] >= 1
     assert f"max_num_seqs {winner['max_num_seqs']}" in output
     assert "requests of max_model_len 131,072" in output
-    assert doc["verdict"][0].startswith("SLO per_stream_p50>=60tok/s: met up to 2")
+    assert doc["verdict"][1].startswith("SLO per_stream_p50>=60tok/s: met up to 2")
+    as_is = doc["as_is"]  # the profile's own settings are in the default space
+    assert as_is["in_space"]
+    assert as_is["predicted"]["requests"] == 256
+    assert as_is["gain_predicted"] > 0
+    assert doc["verdict"][0] == (
+        f"{as_is['gain_predicted']:+.1%} goodput per GPU against your profile as-is "
+        "(predicted; measured: not verified)"
+    )
     assert doc["pareto"]
     assert (Path(tuned[2]) / "report" / "report.html").is_file()

@@ -107,10 +107,11 @@ def _no_engine_left(setup: Setup) -> None:
 
 
 def test_verify_measures_the_top_candidates_and_chooses_the_measured_best(setup: Setup) -> None:
-    """--verify 2 launches the two best candidates one at a time, measures each around its
-    predicted SLO-meeting load, sets predicted against measured goodput (the live simulator
-    agrees with the offline one within the bound), picks the measured best, writes its
-    profile (extending the input) and leaves no engine behind."""
+    """--verify 2 launches the two best candidates one at a time, then the profile as it is
+    (not one of them here), measures each around its predicted SLO-meeting load, sets
+    predicted against measured goodput (the live simulator agrees with the offline one within
+    the bound), picks the measured best, sets it against the profile as it is, predicted and
+    measured, writes its profile (extending the input) and leaves no engine behind."""
     out = setup.root / "out"
     done = _run(setup, out, "--verify", "2")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -118,7 +119,10 @@ def test_verify_measures_the_top_candidates_and_chooses_the_measured_best(setup:
     jsonschema.validate(doc, schema_documents()["tune.schema.json"])
     assert doc["candidates_total"] == 6
     verified = doc["verification"]
-    assert [v["id"] for v in verified] == doc["searches"][0]["ranking"][:2]
+    as_is = doc["as_is"]
+    top = doc["searches"][0]["ranking"][:2]
+    assert as_is["id"] not in top
+    assert [v["id"] for v in verified] == [*top, as_is["id"]]
     for v in verified:
         assert v["status"] == "measured"
         assert v["points"], v
@@ -128,8 +132,18 @@ def test_verify_measures_the_top_candidates_and_chooses_the_measured_best(setup:
         assert not v["fitted_on_own"]
         for point in v["points"]:
             assert Path(point["run_dir"], "records.jsonl").is_file()
-    best = max(verified, key=lambda v: v["measured_goodput_per_gpu"])
-    assert doc["winner"]["id"] == best["id"]
+    best = max((v for v in verified if v["id"] in top), key=lambda v: v["measured_goodput_per_gpu"])
+    assert doc["winner"]["id"] == best["id"] == as_is["winner_id"]
+    mine = next(v for v in verified if v["id"] == as_is["id"])
+    assert as_is["measured_goodput_per_gpu"] == mine["measured_goodput_per_gpu"] > 0
+    assert as_is["winner_measured_goodput_per_gpu"] == best["measured_goodput_per_gpu"]
+    assert as_is["gain_measured"] == round(
+        best["measured_goodput_per_gpu"] / mine["measured_goodput_per_gpu"] - 1, 4
+    )
+    assert doc["verdict"][0].startswith(
+        f"{as_is['gain_predicted']:+.1%} goodput per GPU against your profile as-is "
+        f"(predicted; measured {as_is['gain_measured']:+.1%})"
+    )
     assert doc["winner"]["chosen_by"] == "measured"
     tuned = load_profile(str(out / doc["winner"]["profile_file"]))
     assert tuned.serve_args.max_num_seqs == doc["winner"]["max_num_seqs"]
@@ -142,7 +156,7 @@ def test_verify_measures_the_top_candidates_and_chooses_the_measured_best(setup:
     journal = [json.loads(line) for line in (out / "tune-journal.jsonl").read_text().splitlines()]
     starts = [e for e in journal if e["event"] == "engine_start"]
     stops = [e for e in journal if e["event"] == "engine_stop"]
-    assert len(starts) == len(stops) == 2
+    assert len(starts) == len(stops) == 3  # the two best, then the profile as it is
     assert (out / "report" / "report.html").is_file()
 
 
@@ -166,7 +180,8 @@ def test_kill_9_mid_verification_leaves_no_engine_and_resume_measures_the_rest(
 ) -> None:
     """SIGKILL right after the first measured point: the watchdog stops the engine within
     seconds (its state is gone, its process group empty); --resume stops nothing more, reuses
-    the journaled point and finishes with both candidates verified."""
+    the journaled point and finishes with both candidates and the profile as it is
+    verified."""
     out = setup.root / "out"
     proc = subprocess.Popen(setup.tune(out, "--verify", "2"), env=setup.env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
@@ -189,7 +204,7 @@ def test_kill_9_mid_verification_leaves_no_engine_and_resume_measures_the_rest(
     assert again.returncode == 0, again.stdout + again.stderr
     assert "measured before (journal)" in again.stderr
     doc = json.loads((out / "tune.json").read_text())
-    assert len(doc["verification"]) == 2
+    assert len(doc["verification"]) == 3
     first = doc["verification"][0]
     assert any(p["load"] == measured["load"] for p in first["points"])
     _no_engine_left(setup)

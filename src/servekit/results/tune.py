@@ -3,8 +3,8 @@
 Every candidate with its feasibility and prediction; the finalists with their load ladders
 and the Pareto front of throughput per GPU against per-stream speed; every verification on
 the real engine, predicted against measured; the winner as a profile variant and its
-launch command. Goodput is the request rate served at the highest load that meets the SLO
-(docs/tune.md).
+launch command; the winner against the input profile as it is (`as_is`). Goodput is the
+request rate served at the highest load that meets the SLO (docs/tune.md).
 """
 
 from __future__ import annotations
@@ -161,6 +161,45 @@ class Winner(Document):
     kv: KvHeadroom
 
 
+class AsIs(Document):
+    """The input profile as the user gave it (its own settings, unchanged), set against the
+    winner: both predicted by the same calibration at the full request count, and measured
+    when verification measured both.
+
+    An optional key of version 1: a tune.json written before it existed has none.
+    """
+
+    id: str
+    label: str
+    in_space: bool = Field(description="the search space holds it (it was searched too)")
+    feasible: bool
+    reason: str | None = Field(description="why it cannot run (the planner's or vLLM's)")
+    predicted: Prediction | None = Field(
+        description="its SLO-meeting load and goodput (null: it cannot run)"
+    )
+    measured_load: float | None = Field(
+        description="highest load measured that met the SLO (null: none, or not measured)"
+    )
+    measured_goodput_per_gpu: float | None = Field(
+        description="req/s per GPU at measured_load (0: measured, no load met the SLO; "
+        "null: not measured)"
+    )
+    winner_id: str | None = Field(description="the winner it is set against (null: none)")
+    winner_predicted_goodput_per_gpu: float | None = Field(
+        description="the winner's, by the same calibration as `predicted`"
+    )
+    winner_measured_goodput_per_gpu: float | None = Field(
+        description="the winner's measured (null: not measured)"
+    )
+    gain_predicted: float | None = Field(
+        description="winner / as-is predicted goodput per GPU - 1 (null: either has none)"
+    )
+    gain_measured: float | None = Field(
+        description="winner / as-is measured goodput per GPU - 1 (null: either has none or "
+        "was not measured)"
+    )
+
+
 class TuneDocument(Document):
     """The whole tune.json."""
 
@@ -182,6 +221,7 @@ class TuneDocument(Document):
     verification: list[Verification]
     verify_bound: float
     winner: Winner | None
+    as_is: AsIs | None = None  # absent in a tune.json written before it existed
     verdict: list[str]
 
 

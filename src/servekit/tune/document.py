@@ -1,10 +1,12 @@
 """tune.json and the winner's profile from a tune run's results (core).
 
-The winner is the measured best of the verified candidates when any was measured (the
+The winner is the measured best of the verified finalists when any was measured (the
 measurement, not the prediction, decides), else the predicted best. The verdict is a few
-lines for the terminal and the report's first screen: the SLO and the load it is met at,
-the winner's settings (speculation and its per-batch-size schedule, max_num_seqs, the KV
-headroom at max_model_len), and how well the predictions held on the real engine.
+lines for the terminal and the report's first screen: what the winner gains against the
+input profile as it is (`as_is_line`: both predicted by the same calibration, and measured
+when verification measured both), the SLO and the load it is met at, the winner's settings
+(speculation and its per-batch-size schedule, max_num_seqs, the KV headroom at
+max_model_len), and how well the predictions held on the real engine.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from servekit.profiles.schema import Profile
 from servekit.render.targets import render
 from servekit.results.tune import (
     TUNE_VERSION,
+    AsIs,
     CandidateBlock,
     FinalistBlock,
     KvHeadroom,
@@ -33,19 +36,35 @@ from servekit.results.tune import (
     Winner,
 )
 from servekit.tune.evaluate import Evaluation, LoadResult, SimModel
-from servekit.tune.search import Candidate, Finalist, SearchResult
+from servekit.tune.search import TIE, Candidate, Finalist, SearchResult
 from servekit.tune.space import Settings, Space, overrides
 from servekit.tune.workload import TuneWorkload
 
 
 @dataclass(frozen=True, slots=True)
 class SearchRound:
-    """One search: its calibration round, result and wall time."""
+    """One search: its calibration round, result and wall time, and the input profile as it
+    is under the same calibration (`as_is`: at the full request count; None when it cannot
+    run)."""
 
     round: int
     result: SearchResult
     wall_s: float
     model: SimModel
+    as_is: Evaluation | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Baseline:
+    """The input profile as the user gave it, as a candidate.
+
+    Attributes:
+        candidate: its settings and plan (the space's own candidate when it holds them).
+        in_space: the search space holds it, so the search ranked it like any other.
+    """
+
+    candidate: Candidate
+    in_space: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,8 +217,11 @@ def _verification(v: VerifiedCandidate, bound: float) -> Verification:
 def choose_winner(
     finalists: Sequence[Finalist], verified: Sequence[VerifiedCandidate]
 ) -> tuple[Finalist | None, str]:
-    """The measured best of the verified candidates, else the predicted best."""
-    measured = [v for v in verified if v.best is not None]
+    """The measured best of the verified candidates among `finalists`, else the predicted
+    best (the input profile as it is, measured beside them, is not a finalist unless the
+    search made it one)."""
+    eligible = {f.candidate.ident for f in finalists}
+    measured = [v for v in verified if v.best is not None and v.ident in eligible]
     if measured:
         best = max(measured, key=lambda v: (v.measured_goodput_rps / v.gpus, -v.round))
         for f in finalists:
@@ -224,8 +246,10 @@ def tune_document(
     bound: float,
     profile_file: str,
     elapsed_s: float,
+    as_is: Baseline | None = None,
 ) -> tuple[TuneDocument, Finalist | None]:
-    """tune.json's document, and the winning finalist."""
+    """tune.json's document, and the winning finalist (set against `as_is`, the input
+    profile as it is, when given)."""
     last = rounds[-1] if rounds else None
     result = last.result if last is not None else None
     finalists = list(result.finalists) if result is not None else []
@@ -282,6 +306,7 @@ def tune_document(
         verification=[_verification(v, bound) for v in verified],
         verify_bound=bound,
         winner=winner,
+        **({"as_is": _as_is(as_is, winner, rounds, verified)} if as_is is not None else {}),
         verdict=[],
     )
     lines = verdict_lines(doc, workload, elapsed_s)
@@ -349,6 +374,70 @@ def _winner(
     )
 
 
+def _measured_per_gpu(v: VerifiedCandidate | None) -> float | None:
+    """Measured goodput per GPU (0: no load met the SLO; None: nothing was measured)."""
+    if v is None or not v.points:
+        return None
+    return v.measured_goodput_rps / v.gpus
+
+
+def _gain(winner: float | None, as_is: float | None) -> float | None:
+    """winner / as_is - 1, or None when either has no goodput."""
+    if winner is None or as_is is None or winner <= 0 or as_is <= 0:
+        return None
+    return round(winner / as_is - 1, 4)
+
+
+def _as_is(
+    baseline: Baseline,
+    winner: Winner | None,
+    rounds: Sequence[SearchRound],
+    verified: Sequence[VerifiedCandidate],
+) -> AsIs:
+    """The input profile as it is against the winner: predicted by the calibration that
+    predicted the winner last (a refit's, when one came after its verification), measured
+    when both were."""
+    c = baseline.candidate
+    by_id = {v.ident: v for v in verified}
+    latest: tuple[Evaluation, int] | None = None  # the winner's latest prediction
+    if winner is not None:
+        made = [
+            (f.scored.evaluation, r.round)
+            for r in rounds
+            for f in r.result.finalists
+            if f.candidate.ident == winner.id
+        ]
+        if (v := by_id.get(winner.id)) is not None:
+            made += [v.predicted, *([v.final] if v.final is not None else [])]
+        latest = max(made, key=lambda e: e[1], default=None)
+    same = [r for r in rounds if latest is not None and r.round == latest[1]]
+    at = same[-1] if same else (rounds[-1] if rounds else None)
+    evaluation = at.as_is if at is not None else None
+    mine = by_id.get(c.ident)
+    best = mine.best if mine is not None else None
+    theirs = latest[0].goodput_per_gpu if latest is not None else None
+    own = evaluation.goodput_per_gpu if evaluation is not None else None
+    measured = _measured_per_gpu(mine)
+    theirs_measured = _measured_per_gpu(by_id.get(winner.id)) if winner is not None else None
+    return AsIs(
+        id=c.ident,
+        label=c.settings.label(),
+        in_space=baseline.in_space,
+        feasible=c.feasibility.feasible,
+        reason=c.feasibility.reason,
+        predicted=prediction(evaluation, at.round) if evaluation and at else None,
+        measured_load=best.load if best is not None else None,
+        measured_goodput_per_gpu=None if measured is None else round(measured, 6),
+        winner_id=winner.id if winner is not None else None,
+        winner_predicted_goodput_per_gpu=None if theirs is None else round(theirs, 6),
+        winner_measured_goodput_per_gpu=None
+        if theirs_measured is None
+        else round(theirs_measured, 6),
+        gain_predicted=_gain(theirs, own),
+        gain_measured=_gain(theirs_measured, measured),
+    )
+
+
 def _speculation_text(s: Settings) -> str:
     spec = s.speculation
     if not spec.on:
@@ -360,8 +449,11 @@ def _speculation_text(s: Settings) -> str:
 
 
 def verdict_lines(doc: TuneDocument, workload: TuneWorkload, elapsed_s: float) -> list[str]:
-    """The few lines that lead the report: SLO and load, settings, verification."""
+    """The few lines that lead the report: the gain against the profile as it is, SLO and
+    load, settings, verification."""
     lines = []
+    if doc.as_is is not None:
+        lines.append(as_is_line(doc.as_is, workload.load_unit))
     w = doc.winner
     searched = (
         f"searched {doc.candidates_total:,} candidates ({doc.feasible:,} feasible) in "
@@ -382,8 +474,10 @@ def verdict_lines(doc: TuneDocument, workload: TuneWorkload, elapsed_s: float) -
         f"{w.kv.requests_at_max_model_len:.2f} requests of max_model_len {w.kv.max_model_len:,}"
     )
     if doc.verification:
+        as_is = doc.as_is.id if doc.as_is is not None else None
         errors = ", ".join(
-            f"{v.id} {v.error:+.1%}" if v.error is not None else f"{v.id} met nowhere"
+            (f"{v.id} (as-is)" if v.id == as_is else v.id)
+            + (f" {v.error:+.1%}" if v.error is not None else " met nowhere")
             for v in doc.verification
         )
         held = sum(1 for v in doc.verification if v.within_bound)
@@ -395,6 +489,77 @@ def verdict_lines(doc: TuneDocument, workload: TuneWorkload, elapsed_s: float) -
         lines.append("not verified on the engine (simulation only: --verify N measures the best)")
     lines.append(f"profile: {w.profile_file} (extends {doc.profile})")
     return lines
+
+
+def _per_gpu(value: float) -> str:
+    return f"{value:.4g} req/s per GPU"
+
+
+def _measured_text(a: AsIs) -> str:
+    """The measured half of the comparison, for the parenthesis after 'predicted'."""
+    mine, theirs = a.measured_goodput_per_gpu, a.winner_measured_goodput_per_gpu
+    if mine is None:
+        return "measured: not verified"
+    if a.id == a.winner_id:
+        return f"measured {_per_gpu(mine)}"
+    if theirs is None:
+        return "measured: the winner not verified"
+    if a.gain_measured is not None:
+        return f"measured {a.gain_measured:+.1%}"
+    if theirs > 0:
+        winner = _per_gpu(theirs)
+        return f"measured: your profile as-is met it at no load measured, the winner {winner}"
+    if mine > 0:
+        own = _per_gpu(mine)
+        return f"measured: the winner met it at no load measured, your profile as-is {own}"
+    return "measured: neither met it at a load measured"
+
+
+def as_is_line(a: AsIs, load_unit: str) -> str:
+    """The verdict's first line: what the winner gains in goodput per GPU against the input
+    profile as it is, predicted (one calibration for both) and measured (when verification
+    measured both; else 'measured: not verified').
+
+    Its edges: the profile cannot run, meets the SLO at no load tried, is the winner itself,
+    or nothing meets the SLO.
+    """
+    winner = a.winner_predicted_goodput_per_gpu or 0.0
+    mine = a.predicted.goodput_per_gpu if a.predicted is not None else 0.0
+    measured = _measured_text(a)
+    if a.predicted is None:
+        why = f": {a.reason}" if a.reason else ""
+        head = (
+            f"the winner reaches {_per_gpu(winner)} (predicted; {measured})"
+            if winner > 0
+            else "no candidate meets the SLO at any load tried"
+        )
+        return f"{head}; your profile as-is cannot run{why}"
+    if winner <= 0 and mine <= 0:
+        return "no candidate meets the SLO at any load tried, nor does your profile as-is"
+    if winner <= 0:
+        return (
+            f"your profile as-is meets the SLO up to {a.predicted.load:g} {load_unit}, "
+            f"{_per_gpu(mine)} (predicted); no candidate of the space meets it at any load tried"
+        )
+    if a.id == a.winner_id:
+        return (
+            f"your profile as-is is already the best found: {_per_gpu(mine)} "
+            f"(predicted; {measured})"
+        )
+    if mine <= 0:
+        return (
+            f"your profile as-is meets the SLO at no load tried; the winner reaches "
+            f"{_per_gpu(winner)} (predicted; {measured})"
+        )
+    gain = a.gain_predicted if a.gain_predicted is not None else winner / mine - 1
+    line = f"{gain:+.1%} goodput per GPU against your profile as-is (predicted; {measured})"
+    decided = a.gain_measured if a.gain_measured is not None else gain
+    if decided < 0:
+        how = "measured" if a.gain_measured is not None else "predicted"
+        return f"{line}: your profile as-is {how} better"
+    if abs(gain) < TIE and a.gain_measured is None:
+        return f"{line}: within {TIE:.0%}, which the search counts as a tie"
+    return line
 
 
 def winner_profile_text(

@@ -17,6 +17,7 @@ from servekit.bench.store import write_atomically
 from servekit.errors import UsageError
 from servekit.results.tune import TuneDocument
 from servekit.tune.document import (
+    Baseline,
     SearchRound,
     VerifiedCandidate,
     tune_document,
@@ -109,8 +110,10 @@ def write_results(
     verified: list[VerifiedCandidate],
     elapsed_s: float,
     final: bool = False,
+    as_is: Baseline | None = None,
 ) -> TuneDocument:
-    """Write tune.json (and, when `final`, the winner's profile); returns the document."""
+    """Write tune.json (and, when `final`, the winner's profile); returns the document. The
+    winner is set against `as_is`, the input profile as it is, when given."""
     doc, winner = tune_document(
         version=__version__,
         started_at=started_at,
@@ -126,6 +129,7 @@ def write_results(
         bound=spec.verify.bound,
         profile_file=winner_file(spec),
         elapsed_s=elapsed_s,
+        as_is=as_is,
     )
     if final and winner is not None:
         text = winner_profile_text(

@@ -1,6 +1,11 @@
 """The search side of one tune run (shell: it times each round): the candidate pool,
 planned once, and each round's search over it in the simulator (`tune.search`).
 
+The input profile as the user gave it (`as_is`, its own settings unchanged) is planned
+with the pool, the space's own candidate when the space holds it, and simulated in each
+round under that round's model at the full request count, as the finalists are: the winner
+is set against it like for like. It is not added to the search: the space is the user's.
+
 After a refit, the candidates verified in earlier rounds are simulated once more under the
 last round's model, so tune.json holds the last model's view of each in full.
 """
@@ -11,15 +16,19 @@ import dataclasses
 import time
 
 from servekit.errors import ConfigError
+from servekit.hardware import lookup_gpu
+from servekit.plan import plan_inputs
 from servekit.profiles.schema import Profile
-from servekit.tune.document import SearchRound, VerifiedCandidate
+from servekit.tune.document import Baseline, SearchRound, VerifiedCandidate
 from servekit.tune.evaluate import SimModel, Simulator
 from servekit.tune.search import Candidate, SearchResult, candidates, search
+from servekit.tune.space import as_is_settings
 from servekit.tune.spec import Events, TuneSpec
 
 
 class SearchRounds:
-    """The candidate pool, the profiles of its variants by name, and the rounds searched."""
+    """The candidate pool, the profiles of its variants by name, the rounds searched, and
+    the input profile as it is (`as_is`, once planned)."""
 
     def __init__(self, spec: TuneSpec, events: Events) -> None:
         self.spec = spec
@@ -27,6 +36,7 @@ class SearchRounds:
         self.pool: list[Candidate] = []
         self.variants: dict[str, Profile] = {}
         self.rounds: list[SearchRound] = []
+        self.as_is: Baseline | None = None
 
     def plan(self) -> None:
         """Plan every candidate of the space.
@@ -49,6 +59,28 @@ class SearchRounds:
                 fix="widen the space (--space) or use more GPUs",
             )
         self.events.say(f"{feasible:,} of {len(self.pool):,} candidates are feasible")
+        self.as_is = self._baseline()
+
+    def _baseline(self) -> Baseline:
+        """The input profile as it is: the space's candidate of its settings, or planned
+        beside the pool (its variant known by name, for the calibration)."""
+        profile = self.spec.profile
+        accounting = plan_inputs(profile, lookup_gpu(profile.hardware.gpu)).accounting
+        estimate = (
+            accounting.estimate_cudagraphs(profile.env)
+            if accounting.estimate_cudagraphs_env
+            else None
+        )
+        settings = as_is_settings(
+            profile, estimate_cudagraphs=estimate, needed_len=self.spec.workload.needed_len()
+        )
+        for c in self.pool:
+            if c.settings == settings:
+                return Baseline(c, in_space=True)
+        (c,) = candidates(profile, [settings])
+        if c.feasibility.profile is not None:
+            self.variants.setdefault(c.feasibility.profile.name, c.feasibility.profile)
+        return Baseline(c, in_space=False)
 
     def search_round(self, model: SimModel, round_: int) -> SearchResult:
         """Search the pool in the simulator under `model` (one round)."""
@@ -65,7 +97,10 @@ class SearchRounds:
             pool=self.pool,
         )
         wall = time.monotonic() - t0
-        self.rounds.append(SearchRound(round_, result, wall, model))
+        as_is = None  # the input profile as it is, like the finalists: the full request count
+        if self.as_is is not None and self.as_is.candidate.feasibility.feasible:
+            as_is = sim.search(self.as_is.candidate.replica(), spec.workload.requests)
+        self.rounds.append(SearchRound(round_, result, wall, model, as_is))
         self.events.say(
             f"round {round_}: {result.simulated:,} points simulated, {result.reused:,} reused, "
             f"in {wall:.1f} s"

@@ -10,10 +10,14 @@
    it, up to `max_points`; the measured goodput set against the predicted one. When an
    error exceeds the bound, the simulator is refitted on the calibration points plus every
    verification point, the space searched again and the new leaders not yet measured
-   verified: at most `max_rounds` rounds, within `--budget-s`.
+   verified: at most `max_rounds` rounds, within `--budget-s`. The input profile as it is
+   is measured too, after the first round's leaders (when it is not one of them and the
+   budget allows).
 4. The winner: the measured best of the verified candidates (the predicted best without
    verification), written as a profile that extends the input profile, with its launch
-   command; tune.json holds everything (`results.tune`, written by `tune.output`).
+   command, and set against the input profile as it is (predicted by the same model, and
+   measured when both were); tune.json holds everything (`results.tune`, written by
+   `tune.output`).
 
 Everything measured is journaled as it happens (`tune.journal`), so `--resume` after a
 kill measures only what is missing; no engine is left running (`runtime.watchdog`).
@@ -136,6 +140,11 @@ class _Tuner:
             if round_ == 0:
                 self.verifier.check_budget(result)
             fresh = self.verifier.verify_round(engines, result, round_, model.source)
+            if round_ == 0 and self.search.as_is is not None:
+                as_is = self.search.rounds[-1].as_is
+                fresh += self.verifier.verify_as_is(
+                    engines, self.search.as_is, as_is, round_, model.source
+                )
             self._write(model_rounds, started_at)
             verified = self.verifier.verified
             missed = [v for v in verified.values() if not v.within(spec.verify.bound)]
@@ -166,4 +175,5 @@ class _Tuner:
             verified=list(self.verifier.verified.values()),
             elapsed_s=self.elapsed(),
             final=final,
+            as_is=self.search.as_is,
         )

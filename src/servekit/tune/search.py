@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from servekit.profiles.schema import Profile
 from servekit.tune.evaluate import Evaluation, LoadResult, Replica, Simulator
 from servekit.tune.feasibility import Feasibility, assess
-from servekit.tune.space import Settings, Speculation, on_up_to
+from servekit.tune.space import Settings, Speculation, on_up_to, profile_speculation
 
 ETA = 4
 """Each rung keeps the best 1/ETA and gives them ETA times the requests."""
@@ -141,13 +141,7 @@ class SearchResult:
 def changed(profile: Profile, settings: Settings) -> int:
     """How many of the candidate's settings differ from the profile's."""
     args = profile.serve_args
-    spec = profile.speculative.config if profile.speculative else None
-    now = Speculation(
-        spec.num_speculative_tokens if spec else 0,
-        tuple(tuple(e) for e in spec.num_speculative_tokens_per_batch_size)  # type: ignore[misc]
-        if spec and spec.num_speculative_tokens_per_batch_size
-        else None,
-    )
+    now = profile_speculation(profile)
     flag = profile.env.get("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS")
     pairs = [
         (settings.max_num_seqs, args.max_num_seqs),

@@ -168,6 +168,45 @@ def _fit_schedule(spec: Speculation, max_num_seqs: int) -> Speculation:
 # Defaults from the profile, and the space file.
 
 
+def profile_speculation(profile: Profile) -> Speculation:
+    """The profile's own speculative decoding: off, k drafts, or its per-batch schedule."""
+    config = profile.speculative.config if profile.speculative else None
+    if config is None:
+        return Speculation()
+    schedule = config.num_speculative_tokens_per_batch_size
+    return Speculation(config.num_speculative_tokens, tuple(schedule) if schedule else None)
+
+
+def as_is_settings(
+    profile: Profile, *, estimate_cudagraphs: bool | None, needed_len: int
+) -> Settings:
+    """The profile's own settings as a candidate: the profile as the user gave it.
+
+    What the profile leaves unset is taken as the default space takes it (max_num_seqs 256,
+    max_num_batched_tokens 8192, gpu_memory_utilization 0.9, max_model_len the workload's
+    longest request, every GPU of the node in data parallel beside its tensor parallel).
+
+    Args:
+        profile: the deployment to tune.
+        estimate_cudagraphs: the CUDA-graph estimate flag as the profile's release and env
+            have it (None: the release has no such flag).
+        needed_len: tokens the workload's longest request needs.
+    """
+    args = profile.serve_args
+    return Settings(
+        max_num_seqs=args.max_num_seqs or 256,
+        max_num_batched_tokens=args.max_num_batched_tokens or 8192,
+        speculation=profile_speculation(profile),
+        gpu_memory_utilization=args.gpu_memory_utilization or 0.9,
+        estimate_cudagraphs=estimate_cudagraphs,
+        tensor_parallel_size=args.tensor_parallel_size,
+        data_parallel_size=args.data_parallel_size or 1,
+        enable_prefix_caching=args.enable_prefix_caching is not False,
+        enable_chunked_prefill=args.enable_chunked_prefill is not False,
+        max_model_len=args.max_model_len or needed_len,
+    )
+
+
 def default_space(profile: Profile, *, graph_flag: bool, reuse: bool, needed_len: int) -> Space:
     """The space around a profile's own settings.
 

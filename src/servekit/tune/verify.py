@@ -4,7 +4,9 @@ leaders launched one at a time (`tune.measure`).
 Each candidate is measured at its predicted SLO-meeting load and the loads next to it, up
 to `max_points`: up while it meets the SLO, down while it misses. Points measured before
 (the journal, `--resume`) are not measured again; every point measured trains the next
-round's refit (`tune.calibration`).
+round's refit (`tune.calibration`). The input profile as it is is measured the same way
+after the first round's leaders (`verify_as_is`), unless it is one of them or the budget
+is spent, so that the winner is set against it measured as well as predicted.
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ from servekit.errors import Interrupted, ServekitError, UsageError
 from servekit.profiles.schema import Profile
 from servekit.results.tune import LoadBlock
 from servekit.tune.calibration import Calibration
-from servekit.tune.document import VerifiedCandidate, load_block
+from servekit.tune.document import Baseline, VerifiedCandidate, load_block
+from servekit.tune.evaluate import Evaluation
 from servekit.tune.journal import MeasuredPoints
 from servekit.tune.measure import Engines, measure_point
-from servekit.tune.search import Candidate, SearchResult
+from servekit.tune.search import Candidate, Scored, SearchResult
 from servekit.tune.spec import Events, TuneSpec
 
 
@@ -44,7 +47,11 @@ class Verifier:
     def _need_s(self, result: SearchResult, ident: str) -> float:
         """Predicted seconds to verify one candidate: its start and its points."""
         scored = result.scores.get(ident)
-        at = scored.evaluation.at if scored is not None else None
+        return self._need_of(scored.evaluation if scored is not None else None)
+
+    def _need_of(self, evaluation: Evaluation | None) -> float:
+        """Predicted seconds to verify a candidate so evaluated: its start and its points."""
+        at = evaluation.at if evaluation is not None else None
         per_point = at.duration_s if at is not None and at.duration_s else 60.0
         options = self.spec.verify
         return options.start_estimate_s + options.max_points * per_point
@@ -100,6 +107,32 @@ class Verifier:
             )
             done += 1
         return done
+
+    def verify_as_is(
+        self,
+        engines: Engines,
+        baseline: Baseline,
+        evaluation: Evaluation | None,
+        round_: int,
+        model_source: str,
+    ) -> int:
+        """Measure the input profile as it is (predicted `evaluation` by the model
+        `model_source` names), unless it was measured already, cannot run, or the budget is
+        spent; returns 1 when measured, else 0."""
+        candidate = baseline.candidate
+        if candidate.ident in self.verified or evaluation is None:
+            return 0
+        if self.over_budget(self._need_of(evaluation)):
+            self.events.say(f"skipping your profile as-is ({candidate.ident}): the budget is spent")
+            return 0
+        self.events.say(
+            f"measuring your profile as-is ({candidate.ident}) to set the winner against"
+        )
+        scored = Scored(candidate, evaluation, 0)
+        self.verified[candidate.ident] = self._verify(
+            engines, candidate, scored, round_, model_source
+        )
+        return 1
 
     def _verify(
         self, engines: Engines, candidate: Candidate, scored: Any, round_: int, model_source: str
