@@ -21,7 +21,7 @@ from servekit.cli.main import cli
 from servekit.profiles import load_profile
 from servekit.report.tune_view import print_tune, tune_tables
 from servekit.results.tune import AsIs, Prediction, TuneDocument, Verification, load_tune
-from servekit.tune.document import as_is_line
+from servekit.tune.baseline import as_is_line
 from servekit.tune.search import changed
 from servekit.tune.space import Speculation, as_is_settings, default_space, overrides
 

@@ -3,8 +3,8 @@
 The winner is the measured best of the verified finalists when any was measured (the
 measurement, not the prediction, decides), else the predicted best. The verdict is a few
 lines for the terminal and the report's first screen: what the winner gains against the
-input profile as it is (`as_is_line`: both predicted by the same calibration, and measured
-when verification measured both), the SLO and the load it is met at, the winner's settings
+input profile as it is (`tune.baseline`: both predicted by the same calibration, and
+measured when verification measured both), the SLO and the load it is met at, the winner's settings
 (speculation and its per-batch-size schedule, max_num_seqs, the KV headroom at
 max_model_len), and how well the predictions held on the real engine.
 """
@@ -35,8 +35,9 @@ from servekit.results.tune import (
     Verification,
     Winner,
 )
+from servekit.tune.baseline import Baseline, as_is_line, gain
 from servekit.tune.evaluate import Evaluation, LoadResult, SimModel
-from servekit.tune.search import TIE, Candidate, Finalist, SearchResult
+from servekit.tune.search import Candidate, Finalist, SearchResult
 from servekit.tune.space import Settings, Space, overrides
 from servekit.tune.workload import TuneWorkload
 
@@ -52,19 +53,6 @@ class SearchRound:
     wall_s: float
     model: SimModel
     as_is: Evaluation | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Baseline:
-    """The input profile as the user gave it, as a candidate.
-
-    Attributes:
-        candidate: its settings and plan (the space's own candidate when it holds them).
-        in_space: the search space holds it, so the search ranked it like any other.
-    """
-
-    candidate: Candidate
-    in_space: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -381,13 +369,6 @@ def _measured_per_gpu(v: VerifiedCandidate | None) -> float | None:
     return v.measured_goodput_rps / v.gpus
 
 
-def _gain(winner: float | None, as_is: float | None) -> float | None:
-    """winner / as_is - 1, or None when either has no goodput."""
-    if winner is None or as_is is None or winner <= 0 or as_is <= 0:
-        return None
-    return round(winner / as_is - 1, 4)
-
-
 def _as_is(
     baseline: Baseline,
     winner: Winner | None,
@@ -433,8 +414,8 @@ def _as_is(
         winner_measured_goodput_per_gpu=None
         if theirs_measured is None
         else round(theirs_measured, 6),
-        gain_predicted=_gain(theirs, own),
-        gain_measured=_gain(theirs_measured, measured),
+        gain_predicted=gain(theirs, own),
+        gain_measured=gain(theirs_measured, measured),
     )
 
 
@@ -489,77 +470,6 @@ def verdict_lines(doc: TuneDocument, workload: TuneWorkload, elapsed_s: float) -
         lines.append("not verified on the engine (simulation only: --verify N measures the best)")
     lines.append(f"profile: {w.profile_file} (extends {doc.profile})")
     return lines
-
-
-def _per_gpu(value: float) -> str:
-    return f"{value:.4g} req/s per GPU"
-
-
-def _measured_text(a: AsIs) -> str:
-    """The measured half of the comparison, for the parenthesis after 'predicted'."""
-    mine, theirs = a.measured_goodput_per_gpu, a.winner_measured_goodput_per_gpu
-    if mine is None:
-        return "measured: not verified"
-    if a.id == a.winner_id:
-        return f"measured {_per_gpu(mine)}"
-    if theirs is None:
-        return "measured: the winner not verified"
-    if a.gain_measured is not None:
-        return f"measured {a.gain_measured:+.1%}"
-    if theirs > 0:
-        winner = _per_gpu(theirs)
-        return f"measured: your profile as-is met it at no load measured, the winner {winner}"
-    if mine > 0:
-        own = _per_gpu(mine)
-        return f"measured: the winner met it at no load measured, your profile as-is {own}"
-    return "measured: neither met it at a load measured"
-
-
-def as_is_line(a: AsIs, load_unit: str) -> str:
-    """The verdict's first line: what the winner gains in goodput per GPU against the input
-    profile as it is, predicted (one calibration for both) and measured (when verification
-    measured both; else 'measured: not verified').
-
-    Its edges: the profile cannot run, meets the SLO at no load tried, is the winner itself,
-    or nothing meets the SLO.
-    """
-    winner = a.winner_predicted_goodput_per_gpu or 0.0
-    mine = a.predicted.goodput_per_gpu if a.predicted is not None else 0.0
-    measured = _measured_text(a)
-    if a.predicted is None:
-        why = f": {a.reason}" if a.reason else ""
-        head = (
-            f"the winner reaches {_per_gpu(winner)} (predicted; {measured})"
-            if winner > 0
-            else "no candidate meets the SLO at any load tried"
-        )
-        return f"{head}; your profile as-is cannot run{why}"
-    if winner <= 0 and mine <= 0:
-        return "no candidate meets the SLO at any load tried, nor does your profile as-is"
-    if winner <= 0:
-        return (
-            f"your profile as-is meets the SLO up to {a.predicted.load:g} {load_unit}, "
-            f"{_per_gpu(mine)} (predicted); no candidate of the space meets it at any load tried"
-        )
-    if a.id == a.winner_id:
-        return (
-            f"your profile as-is is already the best found: {_per_gpu(mine)} "
-            f"(predicted; {measured})"
-        )
-    if mine <= 0:
-        return (
-            f"your profile as-is meets the SLO at no load tried; the winner reaches "
-            f"{_per_gpu(winner)} (predicted; {measured})"
-        )
-    gain = a.gain_predicted if a.gain_predicted is not None else winner / mine - 1
-    line = f"{gain:+.1%} goodput per GPU against your profile as-is (predicted; {measured})"
-    decided = a.gain_measured if a.gain_measured is not None else gain
-    if decided < 0:
-        how = "measured" if a.gain_measured is not None else "predicted"
-        return f"{line}: your profile as-is {how} better"
-    if abs(gain) < TIE and a.gain_measured is None:
-        return f"{line}: within {TIE:.0%}, which the search counts as a tie"
-    return line
 
 
 def winner_profile_text(

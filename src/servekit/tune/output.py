@@ -16,8 +16,8 @@ from servekit import __version__, jsontext
 from servekit.bench.store import write_atomically
 from servekit.errors import UsageError
 from servekit.results.tune import TuneDocument
+from servekit.tune.baseline import Baseline
 from servekit.tune.document import (
-    Baseline,
     SearchRound,
     VerifiedCandidate,
     tune_document,

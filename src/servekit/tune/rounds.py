@@ -19,7 +19,8 @@ from servekit.errors import ConfigError
 from servekit.hardware import lookup_gpu
 from servekit.plan import plan_inputs
 from servekit.profiles.schema import Profile
-from servekit.tune.document import Baseline, SearchRound, VerifiedCandidate
+from servekit.tune.baseline import Baseline
+from servekit.tune.document import SearchRound, VerifiedCandidate
 from servekit.tune.evaluate import SimModel, Simulator
 from servekit.tune.search import Candidate, SearchResult, candidates, search
 from servekit.tune.space import as_is_settings

@@ -17,8 +17,9 @@ from typing import Any
 from servekit.errors import Interrupted, ServekitError, UsageError
 from servekit.profiles.schema import Profile
 from servekit.results.tune import LoadBlock
+from servekit.tune.baseline import Baseline
 from servekit.tune.calibration import Calibration
-from servekit.tune.document import Baseline, VerifiedCandidate, load_block
+from servekit.tune.document import VerifiedCandidate, load_block
 from servekit.tune.evaluate import Evaluation
 from servekit.tune.journal import MeasuredPoints
 from servekit.tune.measure import Engines, measure_point
