@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -18,6 +19,12 @@ import pytest
 PROFILE = "minimax-m3-mxfp8-8xa800"
 StartServer = Callable[..., tuple["subprocess.Popen[bytes]", str]]
 UPDATE_GOLDEN = os.environ.get("SERVEKIT_UPDATE_GOLDEN") == "1"
+
+# A suite started in the background by a shell without job control (`cmd &`) inherits SIGINT
+# ignored, and so would every servekit it starts: the Ctrl-C tests' SIGINT would then do
+# nothing. Python's own handler here means the children start with the default again.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def free_port() -> int:
