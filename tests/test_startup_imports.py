@@ -30,14 +30,14 @@ print("\\nPROBE " + json.dumps({{"code": code, "heavy": heavy}}))
 """
 
 
-def probe(args: list[str], before: str = "") -> dict[str, object]:
-    """Run `servekit ARGS` in a fresh interpreter; its exit code and heavy modules loaded.
+def probe(args: list[str], before: str = "", heavy: tuple[str, ...] = HEAVY) -> dict[str, object]:
+    """Run `servekit ARGS` in a fresh interpreter; its exit code and which of `heavy` it loaded.
 
     `before` is Python run first (the probe's own test imports a heavy module with it).
     """
     env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     done = subprocess.run(
-        [sys.executable, "-c", PROBE.format(heavy=HEAVY, before=before), json.dumps(args)],
+        [sys.executable, "-c", PROBE.format(heavy=heavy, before=before), json.dumps(args)],
         capture_output=True, text=True, env=env, timeout=60, check=True,
     )  # fmt: skip
     line = done.stdout.rsplit("PROBE ", 1)[-1]
@@ -144,10 +144,5 @@ def test_profiles_list_loads_no_profile_schema(args: list[str]) -> None:
     """The built-in profiles are listed from their checked index: neither the profile schema
     nor pydantic is imported (each costs more than the 150 ms start-up budget allows)."""
     before = "import os; os.environ.pop('SERVEKIT_PROFILE_PATH', None)"
-    code = PROBE.replace("{heavy!r}", repr(("servekit.profiles.schema", "pydantic")))
-    env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    done = subprocess.run(
-        [sys.executable, "-c", code.format(before=before), json.dumps(args)],
-        capture_output=True, text=True, env=env, timeout=60, check=True,
-    )  # fmt: skip
-    assert json.loads(done.stdout.rsplit("PROBE ", 1)[-1]) == {"code": 0, "heavy": []}
+    loaded = probe(args, before, heavy=("servekit.profiles.schema", "pydantic"))
+    assert loaded == {"code": 0, "heavy": []}

@@ -65,7 +65,7 @@ def cached_document(
     if index.get("files") != current or not isinstance(document, dict):
         return None
     rows = document.get("profiles")
-    names = [p.stem for p in profile_files(directory)]
+    names = [Path(name).stem for name in current]  # the files hashed, in the loader's order
     if (
         list(document) != ["schema_version", "profiles"]
         or document["schema_version"] != DOCUMENT_VERSION
